@@ -1,0 +1,33 @@
+# Two commands on a fresh machine:  `make run`  starts Flightdeck;  `make test`  runs the tests.
+# ORT=gpu installs onnxruntime-gpu instead of onnxruntime (the two never go in together).
+PYTHON ?= python3
+VENV ?= .venv
+ORT ?= cpu
+PY := $(VENV)/bin/python
+OTHER_ORT := $(if $(filter gpu,$(ORT)),onnxruntime,onnxruntime-gpu)
+
+.PHONY: run test install bench lint
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed-$(ORT): $(PY) pyproject.toml
+	$(PY) -m pip uninstall --quiet --yes $(OTHER_ORT) >/dev/null 2>&1 || true
+	$(PY) -m pip install --quiet -e ".[$(ORT),test]"
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+install: $(VENV)/.installed-$(ORT)
+
+run: install
+	$(PY) -m controlplane serve
+
+test: install
+	$(PY) -m pytest
+
+bench: install
+	$(PY) -m serving.bench
+
+lint: install
+	$(PY) -m ruff check . && $(PY) -m ruff format --check .

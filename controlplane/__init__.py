@@ -1,0 +1,5 @@
+"""Flightdeck's control plane. `controlplane.app.create_app` builds the Flask application.
+
+Kept import-free on purpose: gunicorn.conf.py reads the settings before prometheus_client may be
+imported, because the metrics' multiprocess mode is chosen at that import.
+"""

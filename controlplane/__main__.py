@@ -1,0 +1,3 @@
+from controlplane.cli import cli
+
+cli(prog_name="python -m controlplane")

@@ -1,0 +1,39 @@
+"""Flightdeck's control plane: the Flask application factory."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from flask import Flask, Response, g
+
+from controlplane import db, errors, inference_api, ops_api
+from controlplane.config import Settings, load_settings
+from controlplane.logconfig import configure_logging
+from controlplane.services import Services, build_services
+
+
+def create_app(config: Mapping[str, Any] | None = None, services: Services | None = None) -> Flask:
+    """Create the application: settings (env + `config` overrides), services, blueprints."""
+    settings: Settings = services.settings if services else load_settings(overrides=config)
+    configure_logging(settings)
+    app = Flask(__name__)
+    app.config["SECRET_KEY"] = settings.secret_key
+    app.extensions["flightdeck"] = services or build_services(settings)
+    db.init_app(app)
+    errors.register_handlers(app)
+    app.register_blueprint(inference_api.bp)
+    app.register_blueprint(ops_api.bp)
+
+    @app.before_request
+    def _request_id() -> None:
+        g.request_id = inference_api.request_id_from_headers()
+
+    @app.after_request
+    def _echo_request_id(response: Response) -> Response:
+        response.headers["X-Request-ID"] = g.get("request_id", "")
+        return response
+
+    logging.getLogger(__name__).info("Flightdeck app created (home %s)", settings.home.resolve())
+    return app

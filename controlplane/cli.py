@@ -1,0 +1,119 @@
+"""The command line: `python -m controlplane COMMAND` for everything that needs no browser."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+
+import click
+
+from controlplane.config import ConfigError, Settings, load_settings, settings_table
+
+
+def _settings() -> Settings:
+    try:
+        return load_settings()
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@click.group()
+def cli() -> None:
+    """Flightdeck: serve ONNX models and operate them."""
+
+
+@cli.command()
+@click.option("--host", help="Address to bind (FLIGHTDECK_HOST).")
+@click.option("--port", type=int, help="Port to bind (FLIGHTDECK_PORT).")
+@click.option("--workers", type=int, help="gunicorn workers (FLIGHTDECK_WORKERS).")
+def serve(host: str | None, port: int | None, workers: int | None) -> None:
+    """Migrate the database, build demo models if needed, and run gunicorn in the foreground."""
+    for name, value in (("HOST", host), ("PORT", port), ("WORKERS", workers)):
+        if value is not None:
+            os.environ[f"FLIGHTDECK_{name}"] = str(value)
+    _settings()  # fail here, with a clear message, rather than inside gunicorn
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    os.chdir(root)
+    # NOTE: exec, so gunicorn's master gets signals (SIGTERM drains) directly.
+    os.execv(sys.executable, [sys.executable, "-m", "gunicorn", "-c", os.path.join(root, "gunicorn.conf.py")])
+
+
+@cli.group()
+def db() -> None:
+    """Database schema (Alembic)."""
+
+
+@db.command("upgrade")
+@click.option("--revision", default="head", show_default=True)
+def db_upgrade(revision: str) -> None:
+    """Upgrade the database schema."""
+    from controlplane.migrate import upgrade
+
+    settings = _settings()
+    settings.home.mkdir(parents=True, exist_ok=True)
+    upgrade(settings.sqlalchemy_url, revision)
+    click.echo(f"database at {settings.sqlalchemy_url} is at {revision}")
+
+
+@cli.command("demo-models")
+def demo_models() -> None:
+    """Build the demo models into the model store (skips versions already there)."""
+    from serving.demo_models import write_demo_models
+
+    settings = _settings()
+    for folder in write_demo_models(settings.model_store):
+        click.echo(str(folder))
+
+
+@cli.command()
+def models() -> None:
+    """List the models and versions in the model store."""
+    from controlplane.modelstore import list_models, list_versions
+
+    store = _settings().model_store
+    for name in list_models(store):
+        click.echo(f"{name}: {', '.join(list_versions(store, name))}")
+
+
+@cli.command()
+@click.option("--markdown", is_flag=True, help="Print the README's table of settings instead.")
+def config(markdown: bool) -> None:
+    """Print the effective settings (secrets hidden)."""
+    if markdown:
+        click.echo(settings_table())
+        return
+    settings = _settings()
+    for key, value in vars(settings).items():
+        shown = "********" if key == "secret_key" else value
+        click.echo(f"FLIGHTDECK_{key.upper()}={shown}")
+
+
+@cli.command()
+@click.option("--url", help="Server base URL (default: from FLIGHTDECK_HOST/PORT).")
+def status(url: str | None) -> None:
+    """Show what a running server serves: readiness, models, slots, providers, weights."""
+    settings = _settings()
+    base = url or f"http://{settings.host}:{settings.port}"
+    try:
+        with urllib.request.urlopen(f"{base}/api/engine", timeout=5) as response:
+            data = json.load(response)
+    except (urllib.error.URLError, OSError) as exc:
+        raise click.ClickException(f"cannot reach {base}: {exc}") from None
+    click.echo(f"{base}  ready={data['ready']} draining={data['draining']}")
+    for model in data["models"]:
+        click.echo(f"  {model['name']}  ready={model['ready']}  weights={model['weights']}")
+        for slot, info in model["slots"].items():
+            click.echo(f"    {slot}: version {info['version']} on {info['provider']}, queue {info['queue_depth']}")
+    sys.exit(0 if data["ready"] else 1)
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.pass_context
+def bench(ctx: click.Context) -> None:
+    """Run the serving benchmark (same flags as `python -m serving.bench`)."""
+    from serving.bench import main
+
+    sys.exit(main(ctx.args))

@@ -1,0 +1,196 @@
+"""Typed, layered settings: defaults -> optional TOML file -> FLIGHTDECK_* environment -> overrides.
+
+Every setting is declared once below with its type, default and meaning; the README's table is
+printed from these declarations (`python -m controlplane config --markdown`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from serving.settings import BatchingSettings, RuntimeSettings
+
+PREFIX = "FLIGHTDECK_"
+DEV_SECRET = "dev-insecure-secret"
+
+
+class ConfigError(ValueError):
+    """A setting has a value that cannot be used; the message names it."""
+
+
+def _setting(default: Any, doc: str) -> Any:
+    return field(default=default, metadata={"doc": doc})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """All of Flightdeck's settings. Environment names are FLIGHTDECK_ + the upper-cased field name."""
+
+    home: Path = _setting(Path(".flightdeck"), "Data directory holding the database, model store and logs.")
+    env: str = _setting("development", "development or production; production refuses the default secret key.")
+    secret_key: str = _setting(DEV_SECRET, "Secret for signing sessions; must be set in production.")
+    database_url: str = _setting(
+        "", "SQLAlchemy URL; empty means SQLite at HOME/flightdeck.db. postgresql+psycopg://... works too."
+    )
+    host: str = _setting("127.0.0.1", "Address gunicorn binds.")
+    port: int = _setting(8000, "Port gunicorn binds.")
+    workers: int = _setting(1, "gunicorn worker processes; each loads its own copy of every model.")
+    threads: int = _setting(64, "Request threads per worker; concurrent requests are what the batcher batches.")
+    log_level: str = _setting("INFO", "Python log level.")
+    demo_models: bool = _setting(True, "Build the demo models (textcls, mlp) into the store at first start.")
+    load_models: str = _setting("", "Comma-separated models to load at start (empty: every model in the store).")
+    device: str = _setting("auto", "auto (CUDA when usable), cpu, or cuda.")
+    gpu_device_id: int = _setting(0, "CUDA device index.")
+    gpu_mem_limit_mb: int = _setting(0, "CUDA provider memory limit per session in MiB (0: no limit).")
+    ort_intra_op_threads: int = _setting(0, "ONNX Runtime intra-op threads (0: one per physical core).")
+    ort_inter_op_threads: int = _setting(1, "ONNX Runtime inter-op threads.")
+    ort_allow_spinning: bool = _setting(False, "Let idle ONNX Runtime threads spin (costs CPU the HTTP threads need).")
+    ort_graph_optimization: str = _setting("all", "Graph optimisation level: disable, basic, extended, all.")
+    ort_cpu_mem_arena: bool = _setting(True, "Use ONNX Runtime's CPU memory arena.")
+    ort_mem_pattern: bool = _setting(True, "Use ONNX Runtime's memory pattern planning.")
+    ort_arena_extend_strategy: str = _setting("kNextPowerOfTwo", "Arena growth: kNextPowerOfTwo or kSameAsRequested.")
+    batching: bool = _setting(True, "Dynamic batching on or off (off: every request runs alone).")
+    max_batch_size: int = _setting(32, "Largest batch the batcher forms (a model's own hint can lower it).")
+    max_queue_delay_ms: float = _setting(2.0, "Longest a request waits for a batch to fill while the engine is busy.")
+    max_queue_size: int = _setting(256, "Samples queued per loaded version before requests are refused with 429.")
+    default_timeout_ms: float = _setting(
+        10_000.0, "Default request deadline; a client's 'timeout' parameter may only shorten it."
+    )
+    batch_instances: int = _setting(1, "Executor threads per loaded version.")
+    warmup_max_sequence: int = _setting(128, "Longest sequence bucket used for warm-up.")
+    max_request_bytes: int = _setting(16 * 1024 * 1024, "Largest inference request body; larger ones get 413.")
+    drain_grace_s: float = _setting(30.0, "On SIGTERM, how long accepted requests may take to finish.")
+    log_sample_rate: float = _setting(
+        0.01, "Share of successful, fast requests logged (errors and slow ones always are)."
+    )
+    slow_request_ms: float = _setting(1000.0, "Requests slower than this are always logged.")
+    scheduler: bool = _setting(True, "Run scheduled jobs (one leader process runs the cluster-wide ones).")
+    lease_ttl_s: float = _setting(15.0, "How long the scheduler leader's lease lasts without renewal.")
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        """Return the database URL, defaulting to SQLite under the data directory."""
+        return self.database_url or f"sqlite:///{(self.home / 'flightdeck.db').resolve()}"
+
+    @property
+    def model_store(self) -> Path:
+        return self.home / "models"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.home / "logs"
+
+    @property
+    def runtime(self) -> RuntimeSettings:
+        """Return the ONNX Runtime knobs for the engine."""
+        return RuntimeSettings(
+            device=self.device,
+            gpu_device_id=self.gpu_device_id,
+            intra_op_threads=self.ort_intra_op_threads,
+            inter_op_threads=self.ort_inter_op_threads,
+            allow_spinning=self.ort_allow_spinning,
+            graph_optimization=self.ort_graph_optimization,
+            enable_cpu_mem_arena=self.ort_cpu_mem_arena,
+            enable_mem_pattern=self.ort_mem_pattern,
+            arena_extend_strategy=self.ort_arena_extend_strategy,
+            gpu_mem_limit_bytes=self.gpu_mem_limit_mb * 1024 * 1024,
+        )
+
+    @property
+    def batching_settings(self) -> BatchingSettings:
+        """Return the batcher knobs for the engine."""
+        return BatchingSettings(
+            enabled=self.batching,
+            max_batch_size=self.max_batch_size,
+            max_queue_delay_ms=self.max_queue_delay_ms,
+            max_queue_size=self.max_queue_size,
+            default_timeout_ms=self.default_timeout_ms,
+            instances=self.batch_instances,
+            warmup_max_sequence=self.warmup_max_sequence,
+        )
+
+    def validate(self) -> Settings:
+        """Raise ConfigError for values that cannot work; return self."""
+        choices = {
+            "env": ("development", "production"),
+            "device": ("auto", "cpu", "cuda"),
+            "ort_graph_optimization": ("disable", "basic", "extended", "all"),
+            "ort_arena_extend_strategy": ("kNextPowerOfTwo", "kSameAsRequested"),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{PREFIX}{name.upper()} must be one of {allowed}, not {getattr(self, name)!r}")
+        positive = (
+            "port",
+            "workers",
+            "threads",
+            "max_batch_size",
+            "max_queue_size",
+            "batch_instances",
+            "max_request_bytes",
+        )
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{PREFIX}{name.upper()} must be at least 1")
+        for name in ("max_queue_delay_ms", "default_timeout_ms", "drain_grace_s", "lease_ttl_s"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{PREFIX}{name.upper()} must not be negative")
+        if not 0.0 <= self.log_sample_rate <= 1.0:
+            raise ConfigError(f"{PREFIX}LOG_SAMPLE_RATE must be between 0 and 1")
+        if self.env == "production" and self.secret_key == DEV_SECRET:
+            raise ConfigError(f"{PREFIX}SECRET_KEY must be set when {PREFIX}ENV=production")
+        return self
+
+
+def _convert(name: str, kind: type, raw: Any) -> Any:
+    if kind is bool and isinstance(raw, str):
+        lowered = raw.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{PREFIX}{name.upper()} must be true or false, not {raw!r}")
+    try:
+        return kind(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{PREFIX}{name.upper()} must be {kind.__name__}, not {raw!r}") from None
+
+
+_TYPES = {"Path": Path, "str": str, "int": int, "float": float, "bool": bool}
+
+
+def load_settings(environ: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None) -> Settings:
+    """Build validated settings from defaults, FLIGHTDECK_CONFIG (a TOML file), the environment and overrides."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    config_file = environ.get(f"{PREFIX}CONFIG")
+    if config_file:
+        try:
+            values.update(tomllib.loads(Path(config_file).read_text()))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read {PREFIX}CONFIG {config_file}: {exc}") from None
+    for f in fields(Settings):
+        key = PREFIX + f.name.upper()
+        if key in environ:
+            values[f.name] = environ[key]
+    values.update(overrides or {})
+    known = {f.name: f for f in fields(Settings)}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ConfigError(f"unknown setting(s) {unknown}")
+    converted = {name: _convert(name, _TYPES[str(known[name].type)], raw) for name, raw in values.items()}
+    return dataclasses.replace(Settings(), **converted).validate()
+
+
+def settings_table() -> str:
+    """Return the settings as a Markdown table for the README."""
+    rows = ["| Variable | Default | Meaning |", "| --- | --- | --- |"]
+    for f in fields(Settings):
+        rows.append(f"| `{PREFIX}{f.name.upper()}` | `{f.default}` | {f.metadata['doc']} |")
+    return "\n".join(rows)

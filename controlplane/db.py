@@ -1,0 +1,54 @@
+"""Database engine and per-request sessions (flaskr's get_db/close_db shape, SQLAlchemy 2.0 style)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Flask, current_app, g
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+SQLITE_BUSY_TIMEOUT_MS = 5000
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # NOTE: WAL lets readers run beside the one writer; busy_timeout makes writers queue, not fail.
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def make_engine(url: str) -> Engine:
+    """Create an engine; SQLite gets WAL mode, a busy timeout and foreign keys on every connection."""
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def get_db() -> Session:
+    """Return this request's session, opening it on first use."""
+    if "db" not in g:
+        g.db = current_app.extensions["flightdeck"].sessions()
+    return g.db
+
+
+def close_db(_exc: BaseException | None = None) -> None:
+    """Close this request's session, if one was opened."""
+    db = g.pop("db", None)
+    if db is not None:
+        db.close()
+
+
+def init_app(app: Flask) -> None:
+    """Close the request's session in teardown."""
+    app.teardown_appcontext(close_db)
+
+
+def session_factory(engine: Engine) -> sessionmaker[Session]:
+    """Return the session factory bound to an engine."""
+    return sessionmaker(engine, expire_on_commit=False)

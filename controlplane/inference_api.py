@@ -1,0 +1,250 @@
+"""The Open Inference Protocol (KServe v2) over HTTP, with Triton's statistics extension.
+
+Errors answer in the protocol's own form, {"error": "..."}, with the status the engine's error
+carries; the management API uses its own envelope (controlplane.errors).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+from flask import Blueprint, Response, current_app, g, json, request
+
+from controlplane import metrics
+from controlplane.requestlog import input_hash, log_request
+from serving.codec import HEADER_LENGTH, decode_request, encode_response, select_outputs
+from serving.engine import Engine, LoadedVersion
+from serving.errors import InvalidInput, ModelNotFound, Overloaded, PayloadTooLarge, ServingError
+from serving.tensors import ModelSpec
+
+log = logging.getLogger(__name__)
+
+bp = Blueprint("oip", __name__, url_prefix="/v2")
+
+SERVER_VERSION = "0.1.0"
+EXTENSIONS = ["binary_tensor_data", "statistics", "model_configuration"]
+
+
+def _services():
+    return current_app.extensions["flightdeck"]
+
+
+def _engine() -> Engine:
+    return _services().engine
+
+
+def _json(payload: object, status: int = 200) -> Response:
+    return Response(json.dumps(payload), status=status, mimetype="application/json")
+
+
+@bp.errorhandler(ServingError)
+def _serving_error(exc: ServingError) -> Response:
+    response = _json({"error": exc.message}, exc.status)
+    if isinstance(exc, Overloaded):
+        response.headers["Retry-After"] = str(exc.retry_after)
+    return response
+
+
+@bp.get("")
+def server_metadata() -> Response:
+    return _json({"name": "flightdeck", "version": SERVER_VERSION, "extensions": EXTENSIONS})
+
+
+@bp.get("/health/live")
+def live() -> Response:
+    return _json({"live": True})
+
+
+@bp.get("/health/ready")
+def ready() -> Response:
+    is_ready = _engine().ready()
+    return _json({"ready": is_ready}, 200 if is_ready else 503)
+
+
+def _versions(name: str) -> list[LoadedVersion]:
+    loaded = _engine().loaded(name)
+    if not loaded:
+        raise ModelNotFound(f"unknown model '{name}'; loaded: {_engine().models()}")
+    return loaded
+
+
+def _spec(name: str, version: str | None) -> ModelSpec:
+    loaded = _versions(name)
+    if version is None:
+        return _engine().resolve(name).spec if _engine().model_ready(name) else loaded[0].spec
+    for v in loaded:
+        if v.spec.version == version:
+            return v.spec
+    raise ModelNotFound(f"model '{name}' has no version {version} loaded")
+
+
+@bp.get("/models/<name>")
+@bp.get("/models/<name>/versions/<version>")
+def model_metadata(name: str, version: str | None = None) -> Response:
+    spec = _spec(name, version)
+    return _json(
+        {
+            "name": name,
+            "versions": sorted({v.spec.version for v in _versions(name)}),
+            "platform": spec.platform,
+            "inputs": [t.to_metadata() for t in spec.inputs],
+            "outputs": [t.to_metadata() for t in spec.outputs],
+        }
+    )
+
+
+@bp.get("/models/<name>/config")
+@bp.get("/models/<name>/versions/<version>/config")
+def model_config(name: str, version: str | None = None) -> Response:
+    spec = _spec(name, version)
+    engine = _engine()
+
+    def dims(t):  # Triton's config lists dims without the batch axis
+        return {"name": t.name, "data_type": "TYPE_" + t.datatype, "dims": list(t.shape[1:])}
+
+    return _json(
+        {
+            "name": name,
+            "platform": spec.platform,
+            "max_batch_size": min(spec.max_batch_size, engine.batching.max_batch_size),
+            "input": [dims(t) for t in spec.inputs],
+            "output": [dims(t) for t in spec.outputs],
+            "dynamic_batching": {"max_queue_delay_microseconds": int(engine.batching.max_queue_delay_ms * 1000)},
+        }
+    )
+
+
+@bp.get("/models/<name>/ready")
+@bp.get("/models/<name>/versions/<version>/ready")
+def model_ready(name: str, version: str | None = None) -> Response:
+    _spec(name, version)  # 404 for unknown model or version
+    is_ready = _engine().model_ready(name, version)
+    return _json({"name": name, "ready": is_ready}, 200 if is_ready else 503)
+
+
+def _read_body(limit: int) -> bytes:
+    if request.content_length is not None and request.content_length > limit:
+        raise PayloadTooLarge(f"request body of {request.content_length} bytes is over the limit of {limit}")
+    body = request.stream.read(limit + 1)
+    if len(body) > limit:
+        raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
+    return body
+
+
+@bp.post("/models/<name>/infer")
+@bp.post("/models/<name>/versions/<version>/infer")
+def infer(name: str, version: str | None = None) -> Response:
+    settings = _services().settings
+    started = time.perf_counter()
+    request_id = g.request_id
+    record: dict = {"request_id": request_id, "model": name, "version": version}
+    status = 500
+    try:
+        header_length = request.headers.get(HEADER_LENGTH)
+        if header_length is not None and not header_length.isdigit():
+            raise InvalidInput(f"{HEADER_LENGTH} must be a non-negative integer, not {header_length!r}")
+        body = _read_body(settings.max_request_bytes)
+        decoded = decode_request(body, None if header_length is None else int(header_length))
+        timeout_us = decoded.timeout_us
+        decode_ms = (time.perf_counter() - started) * 1000
+        record["input_hash"] = input_hash(decoded.tensors)
+        routed = _engine().infer(
+            name,
+            decoded.tensors,
+            version=version,
+            timeout_s=None if timeout_us is None else timeout_us / 1e6,
+            route_key=request.headers.get("X-Route-Key"),
+        )
+        record.update(version=routed.version, slot=routed.slot, batch_size=routed.batch_size)
+        record.update(
+            decode_ms=round(decode_ms, 3),
+            queue_ms=round(routed.queue_s * 1000, 3),
+            compute_ms=round(routed.compute_s * 1000, 3),
+        )
+        wanted = select_outputs(decoded, list(routed.outputs))
+        body, json_length = encode_response(name, routed.version, decoded.id, routed.outputs, wanted)
+        response = Response(
+            body, status=200, mimetype="application/json" if json_length is None else "application/octet-stream"
+        )
+        if json_length is not None:
+            response.headers[HEADER_LENGTH] = str(json_length)
+        response.headers["X-Model-Version"] = routed.version
+        response.headers["X-Model-Slot"] = routed.slot
+        status = 200
+        return response
+    except ServingError as exc:
+        status = exc.status
+        record["error"] = exc.message
+        if isinstance(exc, (InvalidInput, ModelNotFound, PayloadTooLarge)):
+            metrics.record_invalid(name)
+        raise
+    finally:
+        log_request(
+            record,
+            status=status,
+            total_ms=(time.perf_counter() - started) * 1000,
+            sample_rate=settings.log_sample_rate,
+            slow_ms=settings.slow_request_ms,
+        )
+
+
+def _stats_entry(loaded: LoadedVersion) -> dict:
+    s = loaded.batcher.stats
+
+    def pair(count: int, ns: int) -> dict:
+        return {"count": count, "ns": ns}
+
+    return {
+        "name": loaded.spec.name,
+        "version": loaded.spec.version,
+        "slot": loaded.slot,
+        "provider": loaded.provider,
+        "last_inference": s.last_inference_ms,
+        "inference_count": s.inference_count,
+        "execution_count": s.execution_count,
+        "inference_stats": {
+            "success": pair(s.success, s.success_ns),
+            "fail": pair(s.failed, s.failed_ns),
+            "queue": pair(s.success + s.failed, s.queue_ns),
+            "compute_input": pair(0, 0),
+            "compute_infer": pair(s.execution_count, s.compute_ns),
+            "compute_output": pair(0, 0),
+            "cache_hit": pair(0, 0),
+            "cache_miss": pair(0, 0),
+        },
+        "batch_stats": [
+            {
+                "batch_size": size,
+                "compute_input": pair(0, 0),
+                "compute_infer": pair(count, ns),
+                "compute_output": pair(0, 0),
+            }
+            for size, (count, ns) in sorted(s.batch_sizes.items())
+        ],
+        "timeouts": s.timeouts,
+        "rejected": s.rejected,
+        "queue_depth": loaded.batcher.queue_depth,
+        "padding": {"real_tokens": s.real_tokens, "padded_tokens": s.padded_tokens},
+    }
+
+
+@bp.get("/models/stats")
+@bp.get("/models/<name>/stats")
+@bp.get("/models/<name>/versions/<version>/stats")
+def stats(name: str | None = None, version: str | None = None) -> Response:
+    loaded = _engine().loaded() if name is None else _versions(name)
+    if version is not None:
+        loaded = [v for v in loaded if v.spec.version == version]
+        if not loaded:
+            raise ModelNotFound(f"model '{name}' has no version {version} loaded")
+    return _json({"model_stats": [_stats_entry(v) for v in sorted(loaded, key=lambda v: (v.spec.name, v.slot))]})
+
+
+def request_id_from_headers() -> str:
+    """Return the caller's X-Request-ID if sensible, else a new one."""
+    given = request.headers.get("X-Request-ID", "")
+    if given and len(given) <= 128 and given.isprintable():
+        return given
+    return uuid.uuid4().hex

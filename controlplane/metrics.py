@@ -1,0 +1,150 @@
+"""Prometheus metrics, declared once. Names follow Triton's counterparts where one exists.
+
+Under gunicorn with several workers, PROMETHEUS_MULTIPROC_DIR is set before this module is
+imported (gunicorn.conf.py), so every value lives in a shared mmap file and /metrics aggregates
+them with the multiprocess collector; every gauge declares how to merge across processes.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import REGISTRY as DEFAULT_REGISTRY
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
+
+from serving.batching import Outcome
+from serving.telemetry import sample_gpus
+
+_SLOT = ("model", "version", "slot")
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+REQUESTS = Counter(
+    "flightdeck_inference_requests_total",
+    "Inference requests by outcome (success, error, timeout, rejected, invalid) (nv_inference_request_success/failure).",
+    (*_SLOT, "outcome"),
+)
+INFERENCES = Counter(
+    "flightdeck_inference_count_total", "Samples inferred, a batch of n counting n (nv_inference_count).", _SLOT
+)
+EXECUTIONS = Counter("flightdeck_inference_exec_count_total", "Batches executed (nv_inference_exec_count).", _SLOT)
+QUEUE_SECONDS = Histogram(
+    "flightdeck_inference_queue_seconds", "Time requests waited in the queue.", _SLOT, buckets=_LATENCY_BUCKETS
+)
+COMPUTE_SECONDS = Histogram(
+    "flightdeck_inference_compute_seconds",
+    "Model run time of the batch a request rode in.",
+    _SLOT,
+    buckets=_LATENCY_BUCKETS,
+)
+REQUEST_SECONDS = Histogram(
+    "flightdeck_inference_request_seconds",
+    "Engine time per request, queue plus compute.",
+    _SLOT,
+    buckets=_LATENCY_BUCKETS,
+)
+BATCH_SIZE = Histogram(
+    "flightdeck_inference_batch_size", "Samples per executed batch.", _SLOT, buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256)
+)
+TOKENS = Counter(
+    "flightdeck_sequence_tokens_total",
+    "Sequence positions run, kind=real or padded (padded minus real is the padding waste).",
+    (*_SLOT, "kind"),
+)
+QUEUE_DEPTH = Gauge(
+    "flightdeck_queue_depth",
+    "Samples waiting (nv_inference_pending_request_count).",
+    _SLOT,
+    multiprocess_mode="livesum",
+)
+MODEL_INFO = Gauge(
+    "flightdeck_model_info",
+    "1 for each loaded model version, with the provider it runs on.",
+    (*_SLOT, "provider"),
+    multiprocess_mode="livemax",
+)
+TRAFFIC_WEIGHT = Gauge(
+    "flightdeck_traffic_weight",
+    "Traffic weight of a model's slot (0-100).",
+    ("model", "slot"),
+    multiprocess_mode="livemax",
+)
+ENGINE_READY = Gauge(
+    "flightdeck_engine_ready",
+    "1 when every serving process is ready (the minimum over processes).",
+    multiprocess_mode="livemin",
+)
+GPU_UTILIZATION = Gauge(
+    "flightdeck_gpu_utilization_ratio",
+    "GPU utilisation 0-1 (nv_gpu_utilization).",
+    ("gpu",),
+    multiprocess_mode="mostrecent",
+)
+GPU_MEMORY_USED = Gauge(
+    "flightdeck_gpu_memory_used_bytes",
+    "GPU memory used (nv_gpu_memory_used_bytes).",
+    ("gpu",),
+    multiprocess_mode="mostrecent",
+)
+GPU_MEMORY_TOTAL = Gauge(
+    "flightdeck_gpu_memory_total_bytes",
+    "GPU memory total (nv_gpu_memory_total_bytes).",
+    ("gpu",),
+    multiprocess_mode="mostrecent",
+)
+
+
+class SlotMetrics:
+    """The engine's observer for one loaded version, with label children bound once."""
+
+    def __init__(self, model: str, version: str, slot: str) -> None:
+        labels = (model, version, slot)
+        self._outcomes = {o: REQUESTS.labels(*labels, o.value) for o in Outcome}
+        self._queue = QUEUE_SECONDS.labels(*labels)
+        self._compute = COMPUTE_SECONDS.labels(*labels)
+        self._total = REQUEST_SECONDS.labels(*labels)
+        self._batch = BATCH_SIZE.labels(*labels)
+        self._inferences = INFERENCES.labels(*labels)
+        self._executions = EXECUTIONS.labels(*labels)
+        self._real = TOKENS.labels(*labels, "real")
+        self._padded = TOKENS.labels(*labels, "padded")
+        self._depth = QUEUE_DEPTH.labels(*labels)
+
+    def request_done(self, outcome: Outcome, queue_s: float, compute_s: float, total_s: float) -> None:
+        self._outcomes[outcome].inc()
+        if outcome in (Outcome.SUCCESS, Outcome.ERROR):
+            self._queue.observe(queue_s)
+            self._compute.observe(compute_s)
+            self._total.observe(total_s)
+
+    def batch_done(self, size: int, real_tokens: int, padded_tokens: int, compute_s: float) -> None:
+        self._batch.observe(size)
+        self._executions.inc()
+        self._inferences.inc(size)
+        if padded_tokens:
+            self._real.inc(real_tokens)
+            self._padded.inc(padded_tokens)
+
+    def queue_changed(self, depth: int) -> None:
+        self._depth.set(depth)
+
+
+def record_invalid(model: str) -> None:
+    """Count a request refused before it reached a slot (bad input, unknown version)."""
+    REQUESTS.labels(model, "", "", "invalid").inc()
+
+
+def update_gpu_gauges() -> None:
+    """Refresh GPU gauges from NVML; without a GPU there is nothing to set."""
+    for gpu in sample_gpus():
+        GPU_UTILIZATION.labels(str(gpu.index)).set(gpu.utilization)
+        GPU_MEMORY_USED.labels(str(gpu.index)).set(gpu.memory_used_bytes)
+        GPU_MEMORY_TOTAL.labels(str(gpu.index)).set(gpu.memory_total_bytes)
+
+
+def render() -> bytes:
+    """Render every metric, aggregated over worker processes when running under gunicorn."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry)
+    return generate_latest(DEFAULT_REGISTRY)

@@ -1,0 +1,39 @@
+"""One structured JSON line per request: errors and slow requests always, the rest sampled."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger("flightdeck.requests")
+
+
+def input_hash(tensors: dict[str, np.ndarray]) -> str:
+    """Return a short digest of the inputs, so requests can be matched without logging data."""
+    digest = hashlib.blake2b(digest_size=8)
+    for name in sorted(tensors):
+        array = tensors[name]
+        digest.update(name.encode())
+        digest.update(str(array.dtype).encode() + str(array.shape).encode())
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()
+
+
+def sampled(request_id: str, rate: float) -> bool:
+    """Decide by a hash of the request id, so every node makes the same choice for one id."""
+    if rate >= 1.0:
+        return True
+    point = int.from_bytes(hashlib.blake2b(request_id.encode(), digest_size=8).digest(), "big") / 2**64
+    return point < rate
+
+
+def log_request(record: dict[str, Any], *, status: int, total_ms: float, sample_rate: float, slow_ms: float) -> None:
+    """Emit the request's line if it failed, was slow, or falls in the sample."""
+    if status < 400 and total_ms < slow_ms and not sampled(record["request_id"], sample_rate):
+        return
+    level = logging.WARNING if status >= 500 or total_ms >= slow_ms else logging.INFO
+    log.log(level, json.dumps({**record, "status": status, "total_ms": round(total_ms, 3)}, separators=(",", ":")))

@@ -1,0 +1,69 @@
+"""The composition root: builds the engine, the database and the scheduler, and wires them.
+
+Everything else receives these as arguments (or through app.extensions["flightdeck"]).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy import Engine as DbEngine
+from sqlalchemy.orm import Session, sessionmaker
+
+from controlplane import metrics
+from controlplane.config import Settings
+from controlplane.db import make_engine, session_factory
+from controlplane.modelstore import prepare_home, startup_versions
+from controlplane.scheduler import LeaderScheduler
+from serving.engine import Engine
+from serving.runtime import check_single_distribution
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Services:
+    """Everything a request handler or CLI command needs, built once per process."""
+
+    settings: Settings
+    engine: Engine
+    db: DbEngine
+    sessions: sessionmaker[Session]
+    scheduler: LeaderScheduler | None
+
+    def refresh_gauges(self) -> None:
+        """Publish readiness, traffic weights and GPU readings (called before each scrape)."""
+        metrics.ENGINE_READY.set(1 if self.engine.ready() else 0)
+        for name in self.engine.models():
+            for slot, weight in self.engine.weights(name).items():
+                metrics.TRAFFIC_WEIGHT.labels(name, slot).set(weight)
+        metrics.update_gpu_gauges()
+
+    def shutdown(self, grace_s: float | None = None) -> bool:
+        """Drain the engine, stop the scheduler, close the database; return whether all drained."""
+        drained = self.engine.drain(grace_s)
+        metrics.ENGINE_READY.set(0)
+        if self.scheduler is not None:
+            self.scheduler.shutdown()
+        self.db.dispose()
+        return drained
+
+
+def build_services(settings: Settings, *, start_scheduler: bool | None = None) -> Services:
+    """Build and start every long-lived part of one serving process."""
+    check_single_distribution()
+    prepare_home(settings)
+    engine = Engine(settings.runtime, settings.batching_settings, observer_factory=metrics.SlotMetrics)
+    for name, version_dir in startup_versions(settings.model_store, settings.load_models).items():
+        loaded = engine.load(version_dir, "blue")
+        metrics.MODEL_INFO.labels(name, loaded.spec.version, "blue", loaded.provider).set(1)
+    db = make_engine(settings.sqlalchemy_url)
+    sessions = session_factory(db)
+    scheduler = None
+    if settings.scheduler if start_scheduler is None else start_scheduler:
+        scheduler = LeaderScheduler(sessions, settings.lease_ttl_s)
+        scheduler.start()
+    services = Services(settings, engine, db, sessions, scheduler)
+    services.refresh_gauges()
+    return services

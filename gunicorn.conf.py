@@ -1,0 +1,73 @@
+"""gunicorn settings, from Flightdeck's settings (FLIGHTDECK_* environment variables).
+
+Workers are threaded (gthread): concurrent requests in one process are what the dynamic batcher
+batches. Each worker embeds its own engine; SIGTERM drains it before the worker exits.
+"""
+
+import os
+import shutil
+import signal
+
+from controlplane.config import load_settings
+
+_settings = load_settings()
+_prometheus_dir = _settings.home.resolve() / "prometheus"
+# NOTE: must be set before any worker imports prometheus_client (see controlplane/metrics.py).
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(_prometheus_dir)
+
+wsgi_app = "wsgi:app"
+bind = f"{_settings.host}:{_settings.port}"
+workers = _settings.workers
+threads = _settings.threads
+worker_class = "gthread"
+graceful_timeout = max(1, round(_settings.drain_grace_s))
+timeout = 120
+keepalive = 5
+accesslog = None  # one structured line per request comes from the app itself
+errorlog = "-"
+loglevel = _settings.log_level.lower()
+proc_name = "flightdeck"
+
+
+def on_starting(server):
+    """Prepare once, in the master: metrics directory wiped, schema migrated, demo models built."""
+    from controlplane.migrate import upgrade
+    from controlplane.modelstore import prepare_home
+
+    shutil.rmtree(_prometheus_dir, ignore_errors=True)
+    _prometheus_dir.mkdir(parents=True)
+    prepare_home(_settings)
+    upgrade(_settings.sqlalchemy_url)
+
+
+def when_ready(server):
+    print(f"Flightdeck is running at http://{_settings.host}:{_settings.port}/  (Ctrl-C to stop)", flush=True)
+
+
+def post_worker_init(worker):
+    """On SIGTERM, stop admitting at once (ready turns false), then let gunicorn finish in-flight requests."""
+    services = worker.wsgi.extensions["flightdeck"]
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def drain_then_exit(signum, frame):
+        services.engine.begin_drain()
+        if callable(previous):
+            previous(signum, frame)
+
+    signal.signal(signal.SIGTERM, drain_then_exit)
+
+
+def worker_exit(server, worker):
+    """Finish everything the engine accepted, within the grace period, then stop the scheduler."""
+    services = getattr(worker, "wsgi", None) and worker.wsgi.extensions.get("flightdeck")
+    if services is not None:
+        drained = services.shutdown(_settings.drain_grace_s)
+        worker.log.info(
+            "worker %s drained: %s", worker.pid, "all requests finished" if drained else "grace period ran out"
+        )
+
+
+def child_exit(server, worker):
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)

@@ -1,0 +1,347 @@
+"""The dynamic batcher: a bounded queue, deadlines, length buckets and padding, per loaded version.
+
+Dispatch rule: a batch leaves when it is full, when its oldest request has waited
+`max_queue_delay`, or at once when an executor was idle (nothing queued, nothing to wait for),
+so a lightly loaded engine never pays the batching window.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from serving.errors import DeadlineExceeded, InferenceFailed, Overloaded, ServingError, Unavailable
+from serving.tensors import ModelSpec
+
+log = logging.getLogger(__name__)
+
+RunBatch = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+
+
+class Outcome(enum.StrEnum):
+    SUCCESS = "success"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    REJECTED = "rejected"
+
+
+class BatchObserver(Protocol):
+    """Receives timings as they happen; the control plane turns them into metrics."""
+
+    def request_done(self, outcome: Outcome, queue_s: float, compute_s: float, total_s: float) -> None: ...
+
+    def batch_done(self, size: int, real_tokens: int, padded_tokens: int, compute_s: float) -> None: ...
+
+    def queue_changed(self, depth: int) -> None: ...
+
+
+class _State(enum.Enum):
+    QUEUED = 1
+    RUNNING = 2
+    DONE = 3
+
+
+@dataclass(eq=False)
+class Pending:
+    """One accepted request waiting for its result."""
+
+    tensors: dict[str, np.ndarray]
+    batch: int
+    seq_len: int
+    bucket: int
+    enqueued_at: float
+    deadline: float
+    future: Future = field(default_factory=Future)
+    state: _State = _State.QUEUED
+    queue_s: float = 0.0
+    compute_s: float = 0.0
+    batch_size: int = 0
+
+
+@dataclass
+class BatcherStats:
+    """Cumulative counters in the shape of Triton's statistics extension (nanoseconds)."""
+
+    success: int = 0
+    success_ns: int = 0
+    failed: int = 0
+    failed_ns: int = 0
+    timeouts: int = 0
+    rejected: int = 0
+    queue_ns: int = 0
+    compute_ns: int = 0
+    inference_count: int = 0
+    execution_count: int = 0
+    real_tokens: int = 0
+    padded_tokens: int = 0
+    last_inference_ms: int = 0
+    # batch size -> [executions, compute nanoseconds]
+    batch_sizes: dict[int, list[int]] = field(default_factory=dict)
+
+
+class Batcher:
+    """Queue requests for one loaded model version and run them in dynamic batches."""
+
+    def __init__(
+        self,
+        run: RunBatch,
+        spec: ModelSpec,
+        *,
+        max_batch_size: int,
+        max_queue_delay_s: float,
+        max_queue_size: int,
+        instances: int = 1,
+        observer: BatchObserver | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        name: str = "",
+    ) -> None:
+        self._run = run
+        self._spec = spec
+        self.max_batch_size = max(1, max_batch_size)
+        self.max_queue_delay_s = max_queue_delay_s
+        self.max_queue_size = max_queue_size
+        self._observer = observer
+        self._clock = clock
+        self._queue: list[Pending] = []
+        self._queued_samples = 0
+        self._running = 0
+        self._closing = False
+        self._cond = threading.Condition()
+        self._per_sample_s = 0.0  # moving average, for Retry-After
+        self.stats = BatcherStats()
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"batcher-{name}-{i}", daemon=True)
+            for i in range(max(1, instances))
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    # -- callers -------------------------------------------------------------------------
+
+    @property
+    def queue_depth(self) -> int:
+        """Return the number of samples waiting (not yet running)."""
+        return self._queued_samples
+
+    @property
+    def busy(self) -> bool:
+        """Return whether anything is queued or running."""
+        with self._cond:
+            return bool(self._queue) or self._running > 0
+
+    def submit(self, tensors: dict[str, np.ndarray], batch: int, seq_len: int, timeout_s: float) -> Pending:
+        """Admit a validated request or refuse it at once (Overloaded / Unavailable)."""
+        now = self._clock()
+        with self._cond:
+            if self._closing:
+                raise Unavailable("the engine is draining and admits no new requests", retry_after=1)
+            if self._queued_samples + batch > self.max_queue_size:
+                self.stats.rejected += 1
+                retry = math.ceil((self._queued_samples * self._per_sample_s) or 1)
+                if self._observer:
+                    self._observer.request_done(Outcome.REJECTED, 0.0, 0.0, 0.0)
+                raise Overloaded(
+                    f"queue for '{self._spec.name}' version {self._spec.version} is full "
+                    f"({self._queued_samples} of {self.max_queue_size} samples waiting)",
+                    retry_after=retry,
+                )
+            pending = Pending(tensors, batch, seq_len, self._spec.bucket_of(seq_len), now, now + timeout_s)
+            self._queue.append(pending)
+            self._queued_samples += batch
+            depth = self._queued_samples
+            self._cond.notify()
+        if self._observer:
+            self._observer.queue_changed(depth)
+        return pending
+
+    def result(self, pending: Pending) -> dict[str, np.ndarray]:
+        """Wait for a request's outputs; a request still queued at its deadline is never run."""
+        try:
+            return pending.future.result(timeout=max(0.0, pending.deadline - self._clock()))
+        except FutureTimeout:
+            with self._cond:
+                if pending.state is _State.QUEUED:
+                    self._remove(pending)
+                    self._expire(pending)
+        # Either expired just now, or already running: running requests finish.
+        return pending.future.result()
+
+    def close(self, timeout_s: float | None = None) -> bool:
+        """Stop admitting, finish everything accepted, stop the executors; return whether all finished."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        for thread in self._threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
+
+    # -- executors -----------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                batch = self._next_batch()
+                if batch is None:
+                    return
+                self._running += 1
+            try:
+                self._execute(batch)
+            finally:
+                with self._cond:
+                    self._running -= 1
+                    self._cond.notify_all()
+
+    def _next_batch(self) -> list[Pending] | None:
+        """Block until a batch is due (caller holds the lock); None when closed and empty."""
+        was_idle = False
+        while True:
+            now = self._clock()
+            self._expire_overdue(now)
+            if not self._queue:
+                if self._closing:
+                    return None
+                was_idle = True
+                self._cond.wait()
+                continue
+            oldest = self._queue[0]
+            ready = sum(p.batch for p in self._queue if p.bucket == oldest.bucket)
+            due = oldest.enqueued_at + self.max_queue_delay_s
+            if was_idle or self._closing or ready >= self.max_batch_size or now >= due:
+                return self._take(oldest.bucket)
+            earliest_deadline = min(p.deadline for p in self._queue)
+            self._cond.wait(max(0.0, min(due, earliest_deadline) - now))
+
+    def _take(self, bucket: int) -> list[Pending]:
+        taken: list[Pending] = []
+        room = self.max_batch_size
+        for pending in self._queue:
+            if pending.bucket == bucket and pending.batch <= room:
+                taken.append(pending)
+                room -= pending.batch
+                if room == 0:
+                    break
+        for pending in taken:
+            self._remove(pending)
+            pending.state = _State.RUNNING
+        if self._observer:
+            self._observer.queue_changed(self._queued_samples)
+        return taken
+
+    def _remove(self, pending: Pending) -> None:
+        self._queue.remove(pending)
+        self._queued_samples -= pending.batch
+
+    def _expire_overdue(self, now: float) -> None:
+        for pending in [p for p in self._queue if p.deadline <= now]:
+            self._remove(pending)
+            self._expire(pending)
+
+    def _expire(self, pending: Pending) -> None:
+        pending.state = _State.DONE
+        self.stats.timeouts += 1
+        waited = self._clock() - pending.enqueued_at
+        pending.future.set_exception(
+            DeadlineExceeded(f"deadline passed after {waited * 1000:.0f} ms in the queue; the request was not run")
+        )
+        if self._observer:
+            self._observer.request_done(Outcome.TIMEOUT, waited, 0.0, waited)
+            self._observer.queue_changed(self._queued_samples)
+
+    def _execute(self, batch: list[Pending]) -> None:
+        start = self._clock()
+        inputs, length, real, padded = self._assemble(batch)
+        size = sum(p.batch for p in batch)
+        error: ServingError | None = None
+        try:
+            outputs = self._run(inputs)
+        except Exception as exc:  # the model failing must not kill the executor
+            log.exception("batch of %d for %s:%s failed", size, self._spec.name, self._spec.version)
+            error = InferenceFailed(f"model '{self._spec.name}' version {self._spec.version} failed: {exc}")
+        end = self._clock()
+        compute = end - start
+        self._per_sample_s = 0.8 * self._per_sample_s + 0.2 * (compute / size) if self._per_sample_s else compute / size
+        offset = 0
+        for pending in batch:
+            pending.queue_s = start - pending.enqueued_at
+            pending.compute_s = compute
+            pending.batch_size = size
+            pending.state = _State.DONE
+            if error is None:
+                pending.future.set_result(self._split(outputs, offset, pending, length))
+            else:
+                pending.future.set_exception(error)
+            offset += pending.batch
+        self._record(batch, size, real, padded, compute, end, error is None)
+
+    def _record(
+        self, batch: list[Pending], size: int, real: int, padded: int, compute: float, end: float, ok: bool
+    ) -> None:
+        with self._cond:
+            s = self.stats
+            s.execution_count += 1
+            s.compute_ns += int(compute * 1e9)
+            per_size = s.batch_sizes.setdefault(size, [0, 0])
+            per_size[0] += 1
+            per_size[1] += int(compute * 1e9)
+            s.real_tokens += real
+            s.padded_tokens += padded
+            s.last_inference_ms = int(time.time() * 1000)
+            for p in batch:
+                total_ns = int((end - p.enqueued_at) * 1e9)
+                s.queue_ns += int(p.queue_s * 1e9)
+                if ok:
+                    s.success += 1
+                    s.success_ns += total_ns
+                    s.inference_count += p.batch
+                else:
+                    s.failed += 1
+                    s.failed_ns += total_ns
+        if self._observer:
+            self._observer.batch_done(size, real, padded, compute)
+            outcome = Outcome.SUCCESS if ok else Outcome.ERROR
+            for p in batch:
+                self._observer.request_done(outcome, p.queue_s, compute, end - p.enqueued_at)
+
+    def _assemble(self, batch: list[Pending]) -> tuple[dict[str, np.ndarray], int, int, int]:
+        """Concatenate along the batch axis, right-padding sequence axes to the longest member."""
+        length = max(p.seq_len for p in batch)
+        real = sum(p.batch * p.seq_len for p in batch)
+        padded = sum(p.batch for p in batch) * length
+        if len(batch) == 1:
+            return batch[0].tensors, length, real, padded
+        inputs = {}
+        for spec in self._spec.inputs:
+            parts = []
+            for p in batch:
+                array = p.tensors[spec.name]
+                if spec.sequence_axis is not None and array.shape[spec.sequence_axis] < length:
+                    widths = [(0, 0)] * array.ndim
+                    widths[spec.sequence_axis] = (0, length - array.shape[spec.sequence_axis])
+                    array = np.pad(array, widths, constant_values=spec.pad_value)
+                parts.append(array)
+            inputs[spec.name] = np.concatenate(parts, axis=0)
+        return inputs, length, real, padded
+
+    def _split(
+        self, outputs: dict[str, np.ndarray], offset: int, pending: Pending, length: int
+    ) -> dict[str, np.ndarray]:
+        result = {}
+        by_name = {t.name: t for t in self._spec.outputs}
+        for name, array in outputs.items():
+            part = array[offset : offset + pending.batch]
+            spec = by_name.get(name)
+            if spec is not None and spec.sequence_axis is not None and pending.seq_len < length:
+                part = np.take(part, np.arange(pending.seq_len), axis=spec.sequence_axis)
+            result[name] = part
+        return result

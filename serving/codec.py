@@ -1,0 +1,195 @@
+"""The Open Inference Protocol (KServe v2) codec: JSON tensors and the binary-tensor extension.
+
+A request body is JSON, or, when the `Inference-Header-Content-Length` header is given, a JSON
+header of that many bytes followed by the raw little-endian bytes of every input that carries a
+`binary_data_size` parameter, in the order the inputs are listed. Responses mirror that.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from serving.errors import InvalidInput
+from serving.tensors import DATATYPES, datatype_of
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+
+
+@dataclass
+class OutputRequest:
+    """An output the client asked for, and whether it wants it as binary data."""
+
+    name: str
+    binary: bool
+
+
+@dataclass
+class InferRequest:
+    """A decoded inference request."""
+
+    id: str | None
+    tensors: dict[str, np.ndarray]
+    outputs: list[OutputRequest] | None
+    binary_output: bool
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def timeout_us(self) -> int | None:
+        """Return the client's `timeout` parameter in microseconds, as Triton reads it."""
+        value = self.parameters.get("timeout")
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise InvalidInput(f"parameter 'timeout' must be a positive integer of microseconds, got {value!r}")
+        return value
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidInput(f"{what} must be a JSON object")
+    return value
+
+
+def _shape(value: Any, name: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in value):
+        raise InvalidInput(f"input '{name}': 'shape' must be a list of integers")
+    if any(d < 0 for d in value):
+        raise InvalidInput(f"input '{name}': shape {value} has a negative dimension")
+    return tuple(value)
+
+
+def _decode_json_data(data: Any, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    if not isinstance(data, list):
+        raise InvalidInput(f"input '{name}': 'data' must be a list")
+    try:
+        array = np.array(data, dtype=dtype)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise InvalidInput(
+            f"input '{name}': data does not fit datatype {datatype_of(np.empty(0, dtype))}: {exc}"
+        ) from None
+    expected = math.prod(shape)
+    if array.size != expected:
+        raise InvalidInput(f"input '{name}': {array.size} values given, shape {list(shape)} needs {expected}")
+    return array.reshape(shape)
+
+
+def decode_request(body: bytes, header_length: int | None = None) -> InferRequest:
+    """Decode an inference request body; raise InvalidInput naming what is wrong."""
+    if header_length is None:
+        header_bytes, binary = body, b""
+    else:
+        if header_length < 0 or header_length > len(body):
+            raise InvalidInput(f"{HEADER_LENGTH} {header_length} does not fit a body of {len(body)} bytes")
+        header_bytes, binary = body[:header_length], body[header_length:]
+    try:
+        payload = json.loads(header_bytes)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidInput(f"malformed JSON: {exc}") from None
+    payload = _object(payload, "request body")
+    parameters = payload.get("parameters") or {}
+    _object(parameters, "'parameters'")
+    raw_inputs = payload.get("inputs")
+    if not isinstance(raw_inputs, list) or not raw_inputs:
+        raise InvalidInput("'inputs' must be a non-empty list")
+
+    tensors: dict[str, np.ndarray] = {}
+    offset = 0
+    for raw in raw_inputs:
+        raw = _object(raw, "each input")
+        name = raw.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidInput("each input needs a string 'name'")
+        if name in tensors:
+            raise InvalidInput(f"input '{name}' is given twice")
+        datatype = raw.get("datatype")
+        if datatype not in DATATYPES:
+            raise InvalidInput(f"input '{name}': unsupported datatype {datatype!r}; supported: {sorted(DATATYPES)}")
+        dtype = DATATYPES[datatype]
+        shape = _shape(raw.get("shape"), name)
+        input_params = _object(raw.get("parameters") or {}, f"input '{name}' 'parameters'")
+        size = input_params.get("binary_data_size")
+        if size is None:
+            tensors[name] = _decode_json_data(raw.get("data"), name, dtype, shape)
+            continue
+        if header_length is None:
+            raise InvalidInput(f"input '{name}' has binary_data_size but the request has no {HEADER_LENGTH} header")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise InvalidInput(f"input '{name}': binary_data_size must be a non-negative integer")
+        expected = math.prod(shape) * dtype.itemsize
+        if size != expected:
+            raise InvalidInput(
+                f"input '{name}': binary_data_size {size} bytes, shape {list(shape)} of {datatype} needs {expected}"
+            )
+        if offset + size > len(binary):
+            raise InvalidInput(f"input '{name}': binary data ends after {len(binary) - offset} of {size} bytes")
+        tensors[name] = np.frombuffer(
+            binary, dtype=dtype.newbyteorder("<"), count=math.prod(shape), offset=offset
+        ).reshape(shape)
+        offset += size
+    if offset != len(binary):
+        raise InvalidInput(f"{len(binary) - offset} bytes of binary data follow the inputs that declare them")
+
+    binary_output = bool(parameters.get("binary_data_output", False))
+    outputs = None
+    if payload.get("outputs") is not None:
+        if not isinstance(payload["outputs"], list):
+            raise InvalidInput("'outputs' must be a list")
+        outputs = []
+        for raw in payload["outputs"]:
+            raw = _object(raw, "each requested output")
+            if not isinstance(raw.get("name"), str):
+                raise InvalidInput("each requested output needs a string 'name'")
+            out_params = _object(raw.get("parameters") or {}, f"output '{raw['name']}' 'parameters'")
+            outputs.append(OutputRequest(raw["name"], bool(out_params.get("binary_data", binary_output))))
+    request_id = payload.get("id")
+    return InferRequest(
+        id=None if request_id is None else str(request_id),
+        tensors=tensors,
+        outputs=outputs,
+        binary_output=binary_output,
+        parameters=parameters,
+    )
+
+
+def select_outputs(request: InferRequest, available: list[str]) -> list[OutputRequest]:
+    """Return the outputs to send, in order; raise InvalidInput for an unknown name."""
+    if request.outputs is None:
+        return [OutputRequest(name, request.binary_output) for name in available]
+    unknown = [o.name for o in request.outputs if o.name not in available]
+    if unknown:
+        raise InvalidInput(f"unknown output(s) {unknown}; model has {available}")
+    return request.outputs
+
+
+def encode_response(
+    model_name: str,
+    model_version: str,
+    request_id: str | None,
+    results: dict[str, np.ndarray],
+    wanted: list[OutputRequest],
+) -> tuple[bytes, int | None]:
+    """Encode outputs; return (body, JSON header length or None when all JSON)."""
+    outputs = []
+    chunks: list[bytes] = []
+    for want in wanted:
+        array = np.ascontiguousarray(results[want.name])
+        entry: dict[str, Any] = {"name": want.name, "datatype": datatype_of(array), "shape": list(array.shape)}
+        if want.binary:
+            raw = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            chunks.append(raw)
+        else:
+            entry["data"] = array.ravel().tolist()
+        outputs.append(entry)
+    response: dict[str, Any] = {"model_name": model_name, "model_version": model_version, "outputs": outputs}
+    if request_id is not None:
+        response["id"] = request_id
+    header = json.dumps(response, separators=(",", ":")).encode()
+    if not chunks:
+        return header, None
+    return header + b"".join(chunks), len(header)

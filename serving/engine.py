@@ -1,0 +1,273 @@
+"""The engine: models, their blue/green slots, traffic routing, admission and drain.
+
+Callers hand in decoded tensors and get outputs back; the engine knows no HTTP and no database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from serving.batching import Batcher, BatchObserver
+from serving.errors import ModelNotFound, Unavailable
+from serving.runtime import Session, check_spec_matches, load_session, warmup_inputs
+from serving.settings import BatchingSettings, RuntimeSettings
+from serving.tensors import ModelSpec
+
+log = logging.getLogger(__name__)
+
+SLOTS = ("blue", "green")
+
+# Builds the observer for one loaded version; the control plane passes one that records metrics.
+ObserverFactory = Callable[[str, str, str], BatchObserver | None]
+
+
+@dataclass
+class LoadedVersion:
+    """One model version loaded into a slot."""
+
+    spec: ModelSpec
+    slot: str
+    session: Session
+    batcher: Batcher
+    path: Path
+    warmup_s: float = 0.0
+    loaded_at: float = field(default_factory=time.time)
+
+    @property
+    def provider(self) -> str:
+        return self.session.provider
+
+
+@dataclass
+class Routed:
+    """The outcome of one inference: outputs and where they came from."""
+
+    outputs: dict[str, np.ndarray]
+    version: str
+    slot: str
+    batch_size: int
+    queue_s: float
+    compute_s: float
+
+
+@dataclass
+class _Model:
+    slots: dict[str, LoadedVersion] = field(default_factory=dict)
+    weights: dict[str, int] = field(default_factory=lambda: {"blue": 100, "green": 0})
+
+
+def read_manifest(version_dir: Path) -> dict:
+    """Read `manifest.json` beside a `model.onnx`."""
+    return json.loads((version_dir / "manifest.json").read_text())
+
+
+class Engine:
+    """Serve ONNX models from blue/green slots with dynamic batching."""
+
+    def __init__(
+        self,
+        runtime: RuntimeSettings | None = None,
+        batching: BatchingSettings | None = None,
+        observer_factory: ObserverFactory | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.runtime = runtime or RuntimeSettings()
+        self.batching = batching or BatchingSettings()
+        self._observer_factory = observer_factory
+        self._models: dict[str, _Model] = {}
+        self._lock = threading.Lock()
+        self._rng = rng or random.Random()
+        self._draining = False
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def load(self, version_dir: Path, slot: str = "blue") -> LoadedVersion:
+        """Load `version_dir` (model.onnx + manifest.json) into a slot, warm it up, then publish it."""
+        if slot not in SLOTS:
+            raise ValueError(f"slot must be one of {SLOTS}, not {slot!r}")
+        spec = ModelSpec.from_manifest(read_manifest(version_dir))
+        session = load_session(version_dir / "model.onnx", self.runtime)
+        check_spec_matches(spec, session.session)
+        b = self.batching
+        max_batch = min(b.max_batch_size, spec.max_batch_size) if b.enabled else 1
+        started = time.perf_counter()
+        for sample in warmup_inputs(spec, max_batch, b.warmup_max_sequence):
+            session.run(sample)
+        warmup_s = time.perf_counter() - started
+        observer = self._observer_factory(spec.name, spec.version, slot) if self._observer_factory else None
+        batcher = Batcher(
+            session.run,
+            spec,
+            max_batch_size=max_batch,
+            max_queue_delay_s=b.max_queue_delay_ms / 1000 if b.enabled else 0.0,
+            max_queue_size=b.max_queue_size,
+            instances=b.instances,
+            observer=observer,
+            name=f"{spec.name}-{slot}",
+        )
+        loaded = LoadedVersion(spec, slot, session, batcher, version_dir, warmup_s)
+        with self._lock:
+            model = self._models.setdefault(spec.name, _Model())
+            previous = model.slots.get(slot)
+            model.slots[slot] = loaded
+        if previous is not None:
+            previous.batcher.close()
+        log.info(
+            "loaded %s version %s into %s on %s (warm-up %.2fs)",
+            spec.name,
+            spec.version,
+            slot,
+            loaded.provider,
+            warmup_s,
+        )
+        return loaded
+
+    def unload(self, name: str, slot: str) -> None:
+        """Take a slot out of service, finishing what it accepted first."""
+        with self._lock:
+            model = self._models.get(name)
+            loaded = model.slots.pop(slot, None) if model else None
+            if model is not None:
+                model.weights[slot] = 0
+        if loaded is None:
+            raise ModelNotFound(f"model '{name}' has nothing loaded in slot {slot}")
+        loaded.batcher.close()
+
+    def set_weights(self, name: str, weights: dict[str, int]) -> None:
+        """Set traffic weights between the slots of a model (non-negative, at least one loaded > 0)."""
+        if set(weights) - set(SLOTS) or any(w < 0 for w in weights.values()):
+            raise ValueError(f"weights must map {SLOTS} to non-negative integers")
+        with self._lock:
+            model = self._require(name)
+            new = {slot: weights.get(slot, 0) for slot in SLOTS}
+            if not any(new[s] > 0 for s in model.slots):
+                raise ValueError(f"weights {new} send no traffic to a loaded slot of '{name}'")
+            model.weights = new
+
+    def begin_drain(self) -> None:
+        """Stop admitting new requests; readiness turns false at once."""
+        self._draining = True
+
+    def drain(self, timeout_s: float | None = None) -> bool:
+        """Stop admitting, finish every accepted request, close the executors; return whether all finished."""
+        self.begin_drain()
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        finished = True
+        for loaded in self.loaded():
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            finished = loaded.batcher.close(remaining) and finished
+        return finished
+
+    # -- queries -------------------------------------------------------------------------
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def ready(self) -> bool:
+        """Return whether the server takes traffic: not draining and every model has a live slot."""
+        with self._lock:
+            return not self._draining and bool(self._models) and all(self._live(m) for m in self._models.values())
+
+    def model_ready(self, name: str, version: str | None = None) -> bool:
+        """Return whether a model (or one version of it) can take requests now."""
+        with self._lock:
+            model = self._models.get(name)
+            if model is None or self._draining:
+                return False
+            if version is None:
+                return bool(self._live(model))
+            return any(v.spec.version == version for v in model.slots.values())
+
+    def models(self) -> list[str]:
+        """Return the names of models with at least one loaded slot."""
+        with self._lock:
+            return sorted(n for n, m in self._models.items() if m.slots)
+
+    def loaded(self, name: str | None = None) -> list[LoadedVersion]:
+        """Return loaded versions, of one model or all."""
+        with self._lock:
+            names = [name] if name is not None else list(self._models)
+            return [v for n in names if n in self._models for v in self._models[n].slots.values()]
+
+    def weights(self, name: str) -> dict[str, int]:
+        """Return the traffic weights of a model's slots."""
+        with self._lock:
+            return dict(self._require(name).weights)
+
+    def resolve(self, name: str, version: str | None = None, route_key: str | None = None) -> LoadedVersion:
+        """Pick the loaded version for a request: by explicit version, else by traffic weight."""
+        with self._lock:
+            model = self._require(name)
+            if version is not None:
+                for loaded in model.slots.values():
+                    if loaded.spec.version == version:
+                        return loaded
+                raise ModelNotFound(f"model '{name}' has no version {version} loaded")
+            live = self._live(model)
+            if not live:
+                raise Unavailable(f"model '{name}' has no slot taking traffic", retry_after=1)
+            return model.slots[self._pick(live, route_key)]
+
+    def infer(
+        self,
+        name: str,
+        tensors: dict[str, np.ndarray],
+        *,
+        version: str | None = None,
+        timeout_s: float | None = None,
+        route_key: str | None = None,
+    ) -> Routed:
+        """Validate, admit, batch and run one request; raise a ServingError on any refusal."""
+        if self._draining:
+            raise Unavailable("the engine is draining and admits no new requests", retry_after=1)
+        loaded = self.resolve(name, version, route_key)
+        batch, seq_len = loaded.spec.check_inputs(tensors)
+        default = self.batching.default_timeout_ms / 1000
+        # A client may shorten its deadline, never lengthen it past the server's default.
+        timeout = default if timeout_s is None else min(timeout_s, default)
+        pending = loaded.batcher.submit(tensors, batch, seq_len, timeout)
+        outputs = loaded.batcher.result(pending)
+        return Routed(outputs, loaded.spec.version, loaded.slot, pending.batch_size, pending.queue_s, pending.compute_s)
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _require(self, name: str) -> _Model:
+        model = self._models.get(name)
+        if model is None or not model.slots:
+            raise ModelNotFound(
+                f"unknown model '{name}'; loaded: {sorted(n for n, m in self._models.items() if m.slots)}"
+            )
+        return model
+
+    @staticmethod
+    def _live(model: _Model) -> list[tuple[str, int]]:
+        return [
+            (slot, model.weights.get(slot, 0))
+            for slot in SLOTS
+            if slot in model.slots and model.weights.get(slot, 0) > 0
+        ]
+
+    def _pick(self, live: list[tuple[str, int]], route_key: str | None) -> str:
+        total = sum(w for _, w in live)
+        if route_key is None:
+            point = self._rng.uniform(0, total)
+        else:
+            # Sticky routing: the same key lands on the same slot while the weights hold.
+            digest = hashlib.blake2b(route_key.encode(), digest_size=8).digest()
+            point = int.from_bytes(digest, "big") / 2**64 * total
+        for slot, weight in live:
+            point -= weight
+            if point < 0:
+                return slot
+        return live[-1][0]

@@ -1,0 +1,69 @@
+"""Errors raised by the serving engine, each carrying the HTTP status it maps to.
+
+The engine knows nothing of HTTP; the status is a hint the transport layer uses so
+that every caller (REST, CLI, tests) classifies failures the same way.
+"""
+
+
+class ServingError(Exception):
+    """Base class for every error the engine reports to a caller."""
+
+    status: int = 500
+    reason: str = "internal"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidInput(ServingError):
+    """The request does not match the model's declared inputs."""
+
+    status = 400
+    reason = "invalid_input"
+
+
+class ModelNotFound(ServingError):
+    """No such model, or no such version loaded."""
+
+    status = 404
+    reason = "not_found"
+
+
+class PayloadTooLarge(ServingError):
+    """The request body is over the configured size limit."""
+
+    status = 413
+    reason = "too_large"
+
+
+class Overloaded(ServingError):
+    """The bounded queue is full; the client should retry after `retry_after` seconds."""
+
+    status = 429
+    reason = "overloaded"
+
+    def __init__(self, message: str, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = max(1, int(retry_after))
+
+
+class Unavailable(Overloaded):
+    """The engine is draining or the model is not ready; retry elsewhere or later."""
+
+    status = 503
+    reason = "unavailable"
+
+
+class DeadlineExceeded(ServingError):
+    """The request's deadline passed before it could run."""
+
+    status = 504
+    reason = "timeout"
+
+
+class InferenceFailed(ServingError):
+    """The model itself failed while running a batch."""
+
+    status = 500
+    reason = "inference_failed"

@@ -1,0 +1,156 @@
+"""ONNX Runtime sessions: provider choice, session knobs, and what the session really got."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from serving.settings import RuntimeSettings
+from serving.tensors import ModelSpec, TensorSpec, datatype_from_ort
+
+log = logging.getLogger(__name__)
+
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+
+_OPT_LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+def cuda_available() -> bool:
+    """Return whether this ONNX Runtime build offers the CUDA provider at all."""
+    return CUDA in ort.get_available_providers()
+
+
+def requested_providers(settings: RuntimeSettings) -> list[str | tuple[str, dict]]:
+    """Return the provider list to ask for, CUDA first when the settings and build allow it."""
+    if settings.device == "cpu" or (settings.device == "auto" and not cuda_available()):
+        return [CPU]
+    options: dict[str, object] = {
+        "device_id": settings.gpu_device_id,
+        "arena_extend_strategy": settings.arena_extend_strategy,
+    }
+    if settings.gpu_mem_limit_bytes:
+        options["gpu_mem_limit"] = settings.gpu_mem_limit_bytes
+    return [(CUDA, options), CPU]
+
+
+def session_options(settings: RuntimeSettings) -> ort.SessionOptions:
+    """Build ONNX Runtime session options from the settings."""
+    if settings.graph_optimization not in _OPT_LEVELS:
+        raise ValueError(f"graph_optimization must be one of {sorted(_OPT_LEVELS)}")
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = settings.intra_op_threads
+    options.inter_op_num_threads = settings.inter_op_threads
+    options.graph_optimization_level = _OPT_LEVELS[settings.graph_optimization]
+    options.enable_cpu_mem_arena = settings.enable_cpu_mem_arena
+    options.enable_mem_pattern = settings.enable_mem_pattern
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if settings.allow_spinning else "0")
+    options.log_severity_level = 3
+    return options
+
+
+@dataclass
+class Session:
+    """A loaded ONNX Runtime session and the provider it really runs on."""
+
+    session: ort.InferenceSession
+    provider: str
+    output_names: list[str]
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run one batch and return outputs by name."""
+        values = self.session.run(self.output_names, inputs)
+        return dict(zip(self.output_names, values))
+
+
+def load_session(path: Path, settings: RuntimeSettings) -> Session:
+    """Create a session; log loudly when CUDA was asked for but the session fell back to CPU."""
+    providers = requested_providers(settings)
+    session = ort.InferenceSession(str(path), sess_options=session_options(settings), providers=providers)
+    # NOTE: ONNX Runtime falls back to the CPU silently, so trust the session, not the request.
+    got = session.get_providers()[0]
+    wanted = providers[0][0] if isinstance(providers[0], tuple) else providers[0]
+    if got != wanted:
+        log.warning("session for %s asked for %s but got %s", path, wanted, got)
+    if settings.device == "cuda" and got != CUDA:
+        log.error("FLIGHTDECK device=cuda but %s runs on %s", path, got)
+    return Session(session=session, provider=got, output_names=[o.name for o in session.get_outputs()])
+
+
+def spec_from_session(session: ort.InferenceSession, name: str, version: str) -> ModelSpec:
+    """Derive a signature from the graph when no manifest is given."""
+
+    def convert(args: list) -> tuple[TensorSpec, ...]:
+        return tuple(
+            TensorSpec(a.name, datatype_from_ort(a.type), tuple(d if isinstance(d, int) else -1 for d in a.shape))
+            for a in args
+        )
+
+    return ModelSpec(
+        name=name, version=version, inputs=convert(session.get_inputs()), outputs=convert(session.get_outputs())
+    )
+
+
+def check_spec_matches(spec: ModelSpec, session: ort.InferenceSession) -> None:
+    """Raise ValueError when the declared signature disagrees with the graph's."""
+    graph = spec_from_session(session, spec.name, spec.version)
+    for declared, actual, kind in ((spec.inputs, graph.inputs, "input"), (spec.outputs, graph.outputs, "output")):
+        by_name = {t.name: t for t in actual}
+        if sorted(by_name) != sorted(t.name for t in declared):
+            raise ValueError(f"declared {kind}s {sorted(t.name for t in declared)} but the graph has {sorted(by_name)}")
+        for t in declared:
+            g = by_name[t.name]
+            if g.datatype != t.datatype:
+                raise ValueError(f"{kind} '{t.name}' declared {t.datatype} but the graph has {g.datatype}")
+            if len(g.shape) != len(t.shape) or any(a >= 0 and d >= 0 and a != d for a, d in zip(g.shape, t.shape)):
+                raise ValueError(f"{kind} '{t.name}' declared shape {list(t.shape)} but the graph has {list(g.shape)}")
+
+
+def warmup_inputs(spec: ModelSpec, max_batch: int, max_sequence: int) -> list[dict[str, np.ndarray]]:
+    """Return representative inputs: batch 1 and the largest batch, at each sequence bucket."""
+    rng = np.random.default_rng(0)
+    lengths = [b for b in spec.sequence_buckets if b <= max_sequence] or [min(max_sequence, 16)]
+    if not spec.has_sequence_axis:
+        lengths = [0]
+    batches = sorted({1, max_batch})
+    samples = []
+    for length in lengths:
+        for batch in batches:
+            tensors = {}
+            for t in spec.inputs:
+                shape = [batch] + [length if axis == t.sequence_axis else max(d, 1) for axis, d in enumerate(t.shape)][
+                    1:
+                ]
+                if t.dtype.kind == "f":
+                    tensors[t.name] = rng.standard_normal(shape).astype(t.dtype)
+                else:
+                    # Ones are valid token ids and a full attention mask alike.
+                    tensors[t.name] = np.ones(shape, dtype=t.dtype)
+            samples.append(tensors)
+    return samples
+
+
+def check_single_distribution() -> None:
+    """Refuse to run with both onnxruntime and onnxruntime-gpu installed (they overwrite each other)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    installed = []
+    for dist in ("onnxruntime", "onnxruntime-gpu"):
+        try:
+            installed.append(f"{dist} {version(dist)}")
+        except PackageNotFoundError:
+            pass
+    if len(installed) > 1:
+        raise RuntimeError(
+            f"both {installed[0]} and {installed[1]} are installed; uninstall both and install one "
+            "(make install ORT=cpu or ORT=gpu)"
+        )
