@@ -1,0 +1,107 @@
+"""Start the real product (gunicorn on 127.0.0.1, a free port) for integration tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Server:
+    """A running gunicorn master and what the test needs to talk to it."""
+
+    process: subprocess.Popen
+    url: str
+    home: Path
+    log: Path
+
+    def get(self, path: str, timeout: float = 10) -> tuple[int, dict]:
+        """GET a JSON document; return (status, body)."""
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=timeout) as response:
+                return response.status, json.load(response)
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.load(exc)
+
+    def post(self, path: str, body: dict | bytes, headers: dict | None = None, timeout: float = 30) -> tuple[int, dict, dict]:
+        """POST JSON (or raw bytes); return (status, body, headers)."""
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data=data, method="POST", headers=headers or {})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return response.status, json.load(response), dict(response.headers)
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.load(exc), dict(exc.headers)
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as response:
+            return response.read().decode()
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
+        """Signal the master and wait for it; return its exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait(10)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def start_server(home: Path, env: dict[str, str] | None = None, ready_timeout: float = 120) -> Server:
+    """Start gunicorn with Flightdeck's config; return once /v2/health/ready answers 200."""
+    port = free_port()
+    environment = {
+        **os.environ,
+        "FLIGHTDECK_HOME": str(home),
+        "FLIGHTDECK_HOST": "127.0.0.1",
+        "FLIGHTDECK_PORT": str(port),
+        "FLIGHTDECK_DEMO_MODELS": "false",
+        **(env or {}),
+    }
+    environment.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    log = home / "server.log"
+    home.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "gunicorn.conf.py")],
+            cwd=ROOT,
+            env=environment,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    server = Server(process, f"http://127.0.0.1:{port}", home, log)
+    deadline = time.monotonic() + ready_timeout
+    # Poll readiness: this is the synchronisation point (the server says when it is ready).
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}:\n{server.output()}")
+        try:
+            status, _ = server.get("/v2/health/ready", timeout=2)
+            if status == 200:
+                return server
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.1)
+    server.stop(signal.SIGKILL)
+    raise RuntimeError(f"server not ready within {ready_timeout}s:\n{server.output()}")
