@@ -20,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from serving.errors import DeadlineExceeded, InferenceFailed, Overloaded, ServingError, Unavailable
+from serving.errors import DeadlineExceeded, InferenceFailed, InvalidInput, Overloaded, ServingError, Unavailable
 from serving.tensors import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -100,6 +100,7 @@ class Batcher:
         max_batch_size: int,
         max_queue_delay_s: float,
         max_queue_size: int,
+        combine: bool = True,
         instances: int = 1,
         observer: BatchObserver | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -110,6 +111,8 @@ class Batcher:
         self.max_batch_size = max(1, max_batch_size)
         self.max_queue_delay_s = max_queue_delay_s
         self.max_queue_size = max_queue_size
+        # combine=False runs each request alone (batching off), still honouring its own batch axis.
+        self.combine = combine
         self._observer = observer
         self._clock = clock
         self._queue: list[Pending] = []
@@ -142,6 +145,8 @@ class Batcher:
     def submit(self, tensors: dict[str, np.ndarray], batch: int, seq_len: int, timeout_s: float) -> Pending:
         """Admit a validated request or refuse it at once (Overloaded / Unavailable)."""
         now = self._clock()
+        if batch > self.max_batch_size:
+            raise InvalidInput(f"batch size {batch} is over the limit of {self.max_batch_size} for '{self._spec.name}'")
         with self._cond:
             if self._closing:
                 raise Unavailable("the engine is draining and admits no new requests", retry_after=1)
@@ -217,7 +222,7 @@ class Batcher:
             oldest = self._queue[0]
             ready = sum(p.batch for p in self._queue if p.bucket == oldest.bucket)
             due = oldest.enqueued_at + self.max_queue_delay_s
-            if was_idle or self._closing or ready >= self.max_batch_size or now >= due:
+            if not self.combine or was_idle or self._closing or ready >= self.max_batch_size or now >= due:
                 return self._take(oldest.bucket)
             earliest_deadline = min(p.deadline for p in self._queue)
             self._cond.wait(max(0.0, min(due, earliest_deadline) - now))
@@ -229,7 +234,7 @@ class Batcher:
             if pending.bucket == bucket and pending.batch <= room:
                 taken.append(pending)
                 room -= pending.batch
-                if room == 0:
+                if room == 0 or not self.combine:
                     break
         for pending in taken:
             self._remove(pending)
@@ -260,10 +265,11 @@ class Batcher:
 
     def _execute(self, batch: list[Pending]) -> None:
         start = self._clock()
-        inputs, length, real, padded = self._assemble(batch)
         size = sum(p.batch for p in batch)
+        length = real = padded = 0
         error: ServingError | None = None
         try:
+            inputs, length, real, padded = self._assemble(batch)
             outputs = self._run(inputs)
         except Exception as exc:  # the model failing must not kill the executor
             log.exception("batch of %d for %s:%s failed", size, self._spec.name, self._spec.version)

@@ -99,7 +99,7 @@ class Engine:
         session = load_session(version_dir / "model.onnx", self.runtime)
         check_spec_matches(spec, session.session)
         b = self.batching
-        max_batch = min(b.max_batch_size, spec.max_batch_size) if b.enabled else 1
+        max_batch = min(b.max_batch_size, spec.max_batch_size)
         started = time.perf_counter()
         for sample in warmup_inputs(spec, max_batch, b.warmup_max_sequence):
             session.run(sample)
@@ -111,6 +111,7 @@ class Engine:
             max_batch_size=max_batch,
             max_queue_delay_s=b.max_queue_delay_ms / 1000 if b.enabled else 0.0,
             max_queue_size=b.max_queue_size,
+            combine=b.enabled,
             instances=b.instances,
             observer=observer,
             name=f"{spec.name}-{slot}",
@@ -232,7 +233,7 @@ class Engine:
         if self._draining:
             raise Unavailable("the engine is draining and admits no new requests", retry_after=1)
         loaded = self.resolve(name, version, route_key)
-        batch, seq_len = loaded.spec.check_inputs(tensors)
+        batch, seq_len = loaded.spec.check_inputs(tensors, loaded.batcher.max_batch_size)
         default = self.batching.default_timeout_ms / 1000
         # A client may shorten its deadline, never lengthen it past the server's default.
         timeout = default if timeout_s is None else min(timeout_s, default)

@@ -32,7 +32,11 @@ def cuda_available() -> bool:
 
 def requested_providers(settings: RuntimeSettings) -> list[str | tuple[str, dict]]:
     """Return the provider list to ask for, CUDA first when the settings and build allow it."""
-    if settings.device == "cpu" or (settings.device == "auto" and not cuda_available()):
+    if settings.device == "cpu":
+        return [CPU]
+    if not cuda_available():
+        if settings.device == "cuda":
+            log.error("FLIGHTDECK_DEVICE=cuda but this onnxruntime build has no CUDA provider; running on the CPU")
         return [CPU]
     options: dict[str, object] = {
         "device_id": settings.gpu_device_id,

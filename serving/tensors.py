@@ -132,8 +132,8 @@ class ModelSpec:
                 return bucket
         return length
 
-    def check_inputs(self, tensors: dict[str, np.ndarray]) -> tuple[int, int]:
-        """Validate request tensors; return (batch size, sequence length or 0)."""
+    def check_inputs(self, tensors: dict[str, np.ndarray], max_batch_size: int | None = None) -> tuple[int, int]:
+        """Validate request tensors against the signature and a batch limit; return (batch, sequence length or 0)."""
         declared = {t.name: t for t in self.inputs}
         missing = sorted(set(declared) - set(tensors))
         if missing:
@@ -175,12 +175,13 @@ class ModelSpec:
         assert batch is not None
         if batch < 1:
             raise InvalidInput("batch size must be at least 1")
-        if batch > self.max_batch_size:
-            raise InvalidInput(f"batch size {batch} is over the limit of {self.max_batch_size} for '{self.name}'")
+        limit = self.max_batch_size if max_batch_size is None else max_batch_size
+        if batch > limit:
+            raise InvalidInput(f"batch size {batch} is over the limit of {limit} for '{self.name}'")
         if seq_len is not None:
             if seq_len < 1:
                 raise InvalidInput("sequence length must be at least 1")
-            limit = self.max_sequence_length
-            if limit is not None and seq_len > limit:
-                raise InvalidInput(f"sequence length {seq_len} is over the limit of {limit} for '{self.name}'")
+            longest = self.max_sequence_length
+            if longest is not None and seq_len > longest:
+                raise InvalidInput(f"sequence length {seq_len} is over the limit of {longest} for '{self.name}'")
         return batch, seq_len or 0
