@@ -99,6 +99,13 @@ class LeaderScheduler:
 
         self.add_local_job(guarded, seconds, job_id)
 
+    def run_now(self, job_id: str) -> None:
+        """Run a scheduled job once, now, in this thread (cluster jobs still only in the leader)."""
+        job = self._scheduler.get_job(job_id)
+        if job is None:
+            raise KeyError(f"no scheduled job {job_id!r}")
+        job.func()
+
     def start(self) -> None:
         """Take the lease if free and start the timers."""
         self.renew()

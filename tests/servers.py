@@ -40,7 +40,9 @@ class Server:
         except urllib.error.HTTPError as exc:
             return exc.code, json.load(exc)
 
-    def post(self, path: str, body: dict | bytes, headers: dict | None = None, timeout: float = 30) -> tuple[int, dict, dict]:
+    def post(
+        self, path: str, body: dict | bytes, headers: dict | None = None, timeout: float = 30
+    ) -> tuple[int, dict, dict]:
         """POST JSON (or raw bytes); return (status, body, headers)."""
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         request = urllib.request.Request(self.url + path, data=data, method="POST", headers=headers or {})

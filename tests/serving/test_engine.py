@@ -147,7 +147,9 @@ def test_client_timeout_can_only_shorten_the_default(demo_store: Path) -> None:
     engine.drain(5)
 
 
-def test_concurrent_text_requests_are_batched_and_padding_does_not_change_answers(engine: Engine, demo_store: Path) -> None:
+def test_concurrent_text_requests_are_batched_and_padding_does_not_change_answers(
+    engine: Engine, demo_store: Path
+) -> None:
     engine.load(demo_store / "textcls" / "1")
     rng = np.random.default_rng(1)
     requests = []

@@ -1,0 +1,93 @@
+"""The real product under gunicorn: graceful drain on SIGTERM, and metrics across several workers."""
+
+from __future__ import annotations
+
+import re
+import signal
+import sqlite3
+import threading
+import time
+import urllib.error
+from pathlib import Path
+
+import pytest
+
+from tests.servers import start_server
+
+
+def textcls_body(length: int, seed: int) -> dict:
+    ids = [(seed * 7919 + i * 31) % 29000 + 1 for i in range(length)]
+    return {
+        "inputs": [
+            {"name": "input_ids", "shape": [1, length], "datatype": "INT64", "data": ids},
+            {"name": "attention_mask", "shape": [1, length], "datatype": "INT64", "data": [1] * length},
+        ]
+    }
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """Sum a metric's samples whose labels include `labels`."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_sigterm_finishes_every_accepted_request_then_exits(home: Path) -> None:
+    server = start_server(
+        home,
+        {"FLIGHTDECK_LOAD_MODELS": "textcls", "FLIGHTDECK_MAX_BATCH_SIZE": "1", "FLIGHTDECK_DRAIN_GRACE_S": "60"},
+    )
+    results: list[int] = []
+    lock = threading.Lock()
+
+    def call(seed: int) -> None:
+        status, body, _ = server.post("/v2/models/textcls/infer", textcls_body(512, seed), timeout=60)
+        with lock:
+            results.append(status if status != 200 or len(body["outputs"][0]["data"]) == 3 else -1)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(24)]
+    try:
+        for thread in threads:
+            thread.start()
+        # Synchronise on the server's own account of its queue, not on time.
+        deadline = time.monotonic() + 30
+        while metric(server.metrics(), "flightdeck_queue_depth", model="textcls") < 8:
+            assert time.monotonic() < deadline, "requests never queued up"
+        queued_at_term = metric(server.metrics(), "flightdeck_queue_depth", model="textcls")
+        server.process.send_signal(signal.SIGTERM)
+        for thread in threads:
+            thread.join(60)
+        assert server.process.wait(60) == 0
+    finally:
+        server.stop(signal.SIGKILL)
+    assert queued_at_term >= 8
+    assert sorted(results) == [200] * 24, server.output()[-3000:]
+    assert "all requests finished" in server.output()
+    with pytest.raises((urllib.error.URLError, ConnectionError)):
+        server.get("/v2/health/live", timeout=2)
+
+
+def test_metrics_add_up_across_workers_and_one_process_leads_the_scheduler(home: Path) -> None:
+    server = start_server(home, {"FLIGHTDECK_WORKERS": "2", "FLIGHTDECK_LOAD_MODELS": "mlp"})
+    try:
+        # /v2/health/ready answers for one worker; the gauge is the minimum over all of them.
+        deadline = time.monotonic() + 60
+        while metric(server.metrics(), "flightdeck_engine_ready") != 1:
+            assert time.monotonic() < deadline, "the second worker never became ready"
+        body = {"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [0.25] * 64}]}
+        for _ in range(30):  # a new connection each time, so both workers take some
+            assert server.post("/v2/models/mlp/infer", body)[0] == 200
+        text = server.metrics()
+        assert metric(text, "flightdeck_inference_requests_total", model="mlp", outcome="success") == 30
+        assert metric(text, "flightdeck_inference_count_total", model="mlp") == 30
+        assert re.search(r'flightdeck_model_info\{.*model="mlp".*\} 1\.0', text)
+        assert len(list((home / "prometheus").glob("counter_*.db"))) == 2  # two processes wrote metrics
+        with sqlite3.connect(home / "flightdeck.db") as db:
+            holders = db.execute("select holder from leases where name = 'scheduler'").fetchall()
+        assert len(holders) == 1
+    finally:
+        assert server.stop() == 0
