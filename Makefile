@@ -14,7 +14,7 @@ $(PY):
 
 $(VENV)/.installed-$(ORT): $(PY) pyproject.toml
 	$(PY) -m pip uninstall --quiet --yes $(OTHER_ORT) >/dev/null 2>&1 || true
-	$(PY) -m pip install --quiet -e ".[$(ORT),test]"
+	$(PY) -m pip install --quiet -e ".[$(ORT),test,postgres]"
 	rm -f $(VENV)/.installed-*
 	touch $@
 

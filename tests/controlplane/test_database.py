@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 from alembic.autogenerate import compare_metadata
@@ -11,7 +11,7 @@ from sqlalchemy import inspect, text
 
 from controlplane.db import SQLITE_BUSY_TIMEOUT_MS, make_engine, session_factory
 from controlplane.migrate import upgrade
-from controlplane.models import Base
+from controlplane.models import Base, Lease
 from controlplane.scheduler import LeaderScheduler, release, try_acquire
 
 
@@ -70,4 +70,17 @@ def test_cluster_jobs_run_in_the_leader_only(tmp_path: Path) -> None:
     first.shutdown()  # hands the lease on
     assert second.renew()
     second.shutdown()
+    engine.dispose()
+
+
+def test_lease_times_compare_as_moments_whatever_the_offset(tmp_path: Path) -> None:
+    engine = migrated(tmp_path)
+    sessions = session_factory(engine)
+    plus_two = timezone(timedelta(hours=2))
+    with sessions() as s:
+        assert try_acquire(s, "scheduler", "a", 10, datetime(2026, 1, 1, 10, 0, 0, tzinfo=UTC))
+        # 12:00:09 at +02:00 is 10:00:09 UTC: a's lease (until 10:00:10 UTC) still holds.
+        assert not try_acquire(s, "scheduler", "b", 10, datetime(2026, 1, 1, 12, 0, 9, tzinfo=plus_two))
+        lease = s.get(Lease, "scheduler")
+        assert lease.expires_at == datetime(2026, 1, 1, 10, 0, 10, tzinfo=UTC)
     engine.dispose()
