@@ -124,6 +124,15 @@ def model_ready(name: str, version: str | None = None) -> Response:
     return _json({"name": name, "ready": is_ready}, 200 if is_ready else 503)
 
 
+def _header_length() -> int | None:
+    raw = request.headers.get(HEADER_LENGTH)
+    if raw is None:
+        return None
+    if not (raw.isascii() and raw.isdigit()):
+        raise InvalidInput(f"{HEADER_LENGTH} must be a non-negative integer, not {raw!r}")
+    return int(raw)
+
+
 def _read_body(limit: int) -> bytes:
     if request.content_length is not None and request.content_length > limit:
         raise PayloadTooLarge(f"request body of {request.content_length} bytes is over the limit of {limit}")
@@ -142,11 +151,8 @@ def infer(name: str, version: str | None = None) -> Response:
     record: dict = {"request_id": request_id, "model": name, "version": version}
     status = 500
     try:
-        header_length = request.headers.get(HEADER_LENGTH)
-        if header_length is not None and not header_length.isdigit():
-            raise InvalidInput(f"{HEADER_LENGTH} must be a non-negative integer, not {header_length!r}")
         body = _read_body(settings.max_request_bytes)
-        decoded = decode_request(body, None if header_length is None else int(header_length))
+        decoded = decode_request(body, _header_length())
         timeout_us = decoded.timeout_us
         decode_ms = (time.perf_counter() - started) * 1000
         record["input_hash"] = input_hash(decoded.tensors)
@@ -156,6 +162,7 @@ def infer(name: str, version: str | None = None) -> Response:
             version=version,
             timeout_s=None if timeout_us is None else timeout_us / 1e6,
             route_key=request.headers.get("X-Route-Key"),
+            outputs=None if decoded.outputs is None else [o.name for o in decoded.outputs],
         )
         record.update(version=routed.version, slot=routed.slot, batch_size=routed.batch_size)
         record.update(
@@ -178,7 +185,8 @@ def infer(name: str, version: str | None = None) -> Response:
         status = exc.status
         record["error"] = exc.message
         if isinstance(exc, (InvalidInput, ModelNotFound, PayloadTooLarge)):
-            metrics.record_invalid(name)
+            # Unknown names share one label, so made-up model names cannot grow the series.
+            metrics.record_invalid(name if name in _engine().models() else "_unknown")
         raise
     finally:
         log_request(

@@ -277,18 +277,20 @@ class Batcher:
         end = self._clock()
         compute = end - start
         self._per_sample_s = 0.8 * self._per_sample_s + 0.2 * (compute / size) if self._per_sample_s else compute / size
-        offset = 0
         for pending in batch:
             pending.queue_s = start - pending.enqueued_at
             pending.compute_s = compute
             pending.batch_size = size
             pending.state = _State.DONE
+        # NOTE: count first, answer second, so a caller who reads the stats after its answer sees itself.
+        self._record(batch, size, real, padded, compute, end, error is None)
+        offset = 0
+        for pending in batch:
             if error is None:
                 pending.future.set_result(self._split(outputs, offset, pending, length))
             else:
                 pending.future.set_exception(error)
             offset += pending.batch
-        self._record(batch, size, real, padded, compute, end, error is None)
 
     def _record(
         self, batch: list[Pending], size: int, real: int, padded: int, compute: float, end: float, ok: bool

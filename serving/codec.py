@@ -63,19 +63,41 @@ def _shape(value: Any, name: str) -> tuple[int, ...]:
     return tuple(value)
 
 
+# Which kinds of JSON value (as numpy infers them) each target kind accepts: no strings, no
+# null, no fractions into integers, no numbers into BOOL; JSON has no other way to say a type.
+_ACCEPTED_KINDS = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}
+
+
 def _decode_json_data(data: Any, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
     if not isinstance(data, list):
         raise InvalidInput(f"input '{name}': 'data' must be a list")
+    datatype = datatype_of(np.empty(0, dtype))
     try:
-        array = np.array(data, dtype=dtype)
-    except (ValueError, TypeError, OverflowError) as exc:
+        inferred = np.array(data)
+    except ValueError as exc:  # ragged nesting
         raise InvalidInput(
-            f"input '{name}': data does not fit datatype {datatype_of(np.empty(0, dtype))}: {exc}"
+            f"input '{name}': data does not fit datatype {datatype}: not a regular array ({exc})"
         ) from None
     expected = math.prod(shape)
-    if array.size != expected:
-        raise InvalidInput(f"input '{name}': {array.size} values given, shape {list(shape)} needs {expected}")
-    return array.reshape(shape)
+    if inferred.size != expected:
+        raise InvalidInput(f"input '{name}': {inferred.size} values given, shape {list(shape)} needs {expected}")
+    if inferred.size and inferred.dtype.kind not in _ACCEPTED_KINDS[dtype.kind]:
+        raise InvalidInput(
+            f"input '{name}': data does not fit datatype {datatype}: it holds {_describe(inferred)} values"
+        )
+    if dtype.kind in "iu" and inferred.size:
+        info = np.iinfo(dtype)
+        if inferred.min() < info.min or inferred.max() > info.max:
+            raise InvalidInput(
+                f"input '{name}': data does not fit datatype {datatype}: a value is outside [{info.min}, {info.max}]"
+            )
+    return inferred.astype(dtype, copy=False).reshape(shape)
+
+
+def _describe(array: np.ndarray) -> str:
+    return {"b": "boolean", "f": "fractional (or too large)", "U": "string", "O": "null or mixed"}.get(
+        array.dtype.kind, str(array.dtype)
+    )
 
 
 def decode_request(body: bytes, header_length: int | None = None) -> InferRequest:

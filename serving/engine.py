@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from serving.batching import Batcher, BatchObserver
-from serving.errors import ModelNotFound, Unavailable
+from serving.errors import InvalidInput, ModelNotFound, Unavailable
 from serving.runtime import Session, check_spec_matches, load_session, warmup_inputs
 from serving.settings import BatchingSettings, RuntimeSettings
 from serving.tensors import ModelSpec
@@ -228,12 +228,20 @@ class Engine:
         version: str | None = None,
         timeout_s: float | None = None,
         route_key: str | None = None,
+        outputs: list[str] | None = None,
     ) -> Routed:
-        """Validate, admit, batch and run one request; raise a ServingError on any refusal."""
+        """Validate, admit, batch and run one request; raise a ServingError on any refusal.
+
+        `outputs` names the outputs the caller will read, so an unknown one is refused before the model runs.
+        """
         if self._draining:
             raise Unavailable("the engine is draining and admits no new requests", retry_after=1)
         loaded = self.resolve(name, version, route_key)
         batch, seq_len = loaded.spec.check_inputs(tensors, loaded.batcher.max_batch_size)
+        known = [t.name for t in loaded.spec.outputs]
+        unknown = [o for o in outputs or () if o not in known]
+        if unknown:
+            raise InvalidInput(f"unknown output(s) {unknown}; model has {known}")
         default = self.batching.default_timeout_ms / 1000
         # A client may shorten its deadline, never lengthen it past the server's default.
         timeout = default if timeout_s is None else min(timeout_s, default)

@@ -1,0 +1,563 @@
+"""Benchmark: raw ONNX Runtime vs the in-process engine vs the real HTTP server, per demo model.
+
+`python -m serving.bench [--models textcls,mlp] [--seconds 5] [--seq-len 64] [--quick] [--json PATH]`
+prints a table per model and PASS/FAIL lines for the text model's targets. The exit code is 0
+whatever the numbers say; it is non-zero only when the benchmark itself crashed. The client runs
+on the same machine as the server, so the "cpu" column shows who used the cores: this process
+(client), the server's worker, and anything else (other = noise: rerun when it is high).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import urllib.request
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from serving.demo_models import write_demo_models
+from serving.engine import Engine, read_manifest
+from serving.errors import ServingError
+from serving.runtime import Session, load_session
+from serving.settings import RuntimeSettings
+from serving.tensors import ModelSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+RAW_BATCHES = (1, 2, 4, 8, 16, 32)
+HTTP_CONCURRENCY = (1, 8, 32)
+SHED = (429, 503)  # what an overloaded server may answer instead of 200
+OVERLOAD_ENV = {"FLIGHTDECK_MAX_QUEUE_SIZE": "32", "FLIGHTDECK_DEFAULT_TIMEOUT_MS": "2000"}
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# One call of a closed loop: returns (status, batch size formed or 0, back-off seconds before the next call).
+Call = Callable[[], tuple[int, int, float]]
+
+
+@dataclass
+class Row:
+    """One measurement: a row of the table."""
+
+    label: str
+    throughput: float  # samples/s
+    p50_ms: float
+    p99_ms: float
+    batch: float  # mean samples per model execution
+    errors: int = 0
+    requests: int = 0
+    vs_raw: float | None = None  # throughput / raw ORT throughput at the batch size formed
+    vs_unbatched: float | None = None  # throughput / same server with batching off, same concurrency
+    cpu: tuple[float, float, float] | None = None  # % of one core: this process, server worker, everything else
+    exec_busy: float | None = None  # % of the window the model executor spent computing
+    batch_ms: float | None = None  # mean compute time per execution
+    outside_ms: float | None = None  # mean client latency minus mean time inside the engine (HTTP, gunicorn queue)
+    statuses: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Window:
+    """What a closed loop saw in its measurement window."""
+
+    latencies: list[float]  # seconds, successful calls only
+    statuses: Counter
+    executions: float  # sum of 1/batch over successes: executions, when every request is one sample
+    seconds: float
+    before: dict[str, Any]
+    after: dict[str, Any]
+
+    def delta(self, key: str) -> float:
+        return self.after[key] - self.before[key]
+
+
+def sample_inputs(spec: ModelSpec, batch: int, seq_len: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Return random, valid inputs for `spec` at a batch size (and sequence length where it has one)."""
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for t in spec.inputs:
+        shape = [batch] + [seq_len if axis == t.sequence_axis else max(d, 1) for axis, d in enumerate(t.shape)][1:]
+        if t.dtype.kind == "f":
+            tensors[t.name] = rng.standard_normal(shape).astype(t.dtype)
+        elif "mask" in t.name:
+            tensors[t.name] = np.ones(shape, dtype=t.dtype)
+        else:
+            tensors[t.name] = rng.integers(1, 1000, shape).astype(t.dtype)
+    return tensors
+
+
+def request_body(tensors: dict[str, np.ndarray], spec: ModelSpec) -> bytes:
+    """Encode tensors as an Open Inference Protocol JSON request body."""
+    inputs = [
+        {"name": t.name, "shape": list(a.shape), "datatype": t.datatype, "data": a.ravel().tolist()}
+        for t in spec.inputs
+        for a in [tensors[t.name]]
+    ]
+    return json.dumps({"inputs": inputs}).encode()
+
+
+def percentile_ms(latencies: list[float], q: float) -> float:
+    """Return the q-th percentile of latencies (seconds) in milliseconds; NaN when there are none."""
+    return float(np.percentile(latencies, q)) * 1000 if latencies else math.nan
+
+
+def cpu_probe() -> dict[str, Any]:
+    """Snapshot the clock, this process's CPU seconds and the whole machine's busy CPU seconds."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split()[1:9]]  # cpu user nice system idle iowait ...
+    return {
+        "t": time.perf_counter(),
+        "cpu": time.process_time(),
+        "busy": (sum(fields) - fields[3] - fields[4]) / CLK_TCK,
+    }
+
+
+def cpu_usage(before: dict[str, Any], after: dict[str, Any]) -> tuple[float, float, float]:
+    """Return % of one core used by this process, the server worker (when probed) and everything else."""
+    wall = after["t"] - before["t"]
+    own = 100 * (after["cpu"] - before["cpu"]) / wall
+    server = 100 * (after.get("server_cpu", 0) - before.get("server_cpu", 0)) / wall
+    return own, server, 100 * (after["busy"] - before["busy"]) / wall - own - server
+
+
+def closed_loop(
+    calls: list[Call], warmup_s: float, seconds: float, probe: Callable[[], dict[str, Any]] = cpu_probe,
+    tick: Callable[[], None] | None = None,
+) -> Window:  # fmt: skip
+    """Run one thread per call in a closed loop; record the calls that end inside the window after warm-up."""
+    bounds = [(math.inf, math.inf)]
+    stop = threading.Event()
+    records: list[list[tuple[int, float, int]]] = [[] for _ in calls]
+
+    def worker(call: Call, out: list[tuple[int, float, int]]) -> None:
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            status, batch, backoff = call()
+            t1 = time.perf_counter()
+            if bounds[0][0] <= t1 <= bounds[0][1]:
+                out.append((status, t1 - t0, batch))
+            if backoff:
+                time.sleep(backoff)
+
+    threads = [threading.Thread(target=worker, args=(c, r), daemon=True) for c, r in zip(calls, records)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(warmup_s)
+        before = probe()
+        start = time.perf_counter()
+        bounds[0] = (start, start + seconds)
+        while (left := start + seconds - time.perf_counter()) > 0:
+            time.sleep(min(left, 0.2))
+            if tick is not None:
+                tick()
+        after = probe()
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+    flat = [r for rs in records for r in rs]
+    return Window(
+        latencies=[lat for status, lat, _ in flat if status == 200],
+        statuses=Counter(status for status, _, _ in flat),
+        executions=sum(1 / batch for status, _, batch in flat if status == 200 and batch),
+        seconds=seconds, before=before, after=after,
+    )  # fmt: skip
+
+
+def window_row(label: str, w: Window, batch: float) -> Row:
+    """Summarise a window: successes per second, latency of successes, every other status an error."""
+    return Row(
+        label, w.statuses.get(200, 0) / w.seconds, percentile_ms(w.latencies, 50), percentile_ms(w.latencies, 99),
+        batch, errors=sum(n for s, n in w.statuses.items() if s != 200), requests=sum(w.statuses.values()),
+        cpu=cpu_usage(w.before, w.after), statuses={str(s): n for s, n in sorted(w.statuses.items())},
+    )  # fmt: skip
+
+
+def bench_raw(session: Session, spec: ModelSpec, batch: int, seq_len: int, seconds: float, chunks: int = 3) -> Row:
+    """Closed-loop, single-caller ONNX Runtime at one batch size; throughput is the median of `chunks` parts."""
+    inputs = sample_inputs(spec, batch, seq_len)
+    for _ in range(3):
+        session.run(inputs)
+    latencies: list[float] = []
+    rates = []
+    before = cpu_probe()
+    for _ in range(chunks):
+        start, n = time.perf_counter(), 0
+        while (t0 := time.perf_counter()) < start + seconds / chunks or n < 3:
+            session.run(inputs)
+            latencies.append(time.perf_counter() - t0)
+            n += 1
+        rates.append(batch * n / (time.perf_counter() - start))
+    row = Row(
+        f"raw b={batch}", float(np.median(rates)), percentile_ms(latencies, 50), percentile_ms(latencies, 99), batch
+    )
+    row.requests, row.cpu = len(latencies), cpu_usage(before, cpu_probe())
+    return row
+
+
+class RawRuns:
+    """Raw ONNX Runtime rows per batch size (default RuntimeSettings), measured once each, on demand."""
+
+    def __init__(self, version_dir: Path, spec: ModelSpec, seq_len: int, seconds: float) -> None:
+        self.session = load_session(version_dir / "model.onnx", RuntimeSettings())
+        self.spec, self.seq_len, self.seconds = spec, seq_len, seconds
+        self.rows: dict[int, Row] = {}
+
+    def at(self, batch: float) -> Row:
+        """Return the row at round(batch), clamped to 1..32, measuring it first if needed."""
+        b = 1 if math.isnan(batch) else max(1, min(RAW_BATCHES[-1], round(batch)))
+        if b not in self.rows:
+            self.rows[b] = bench_raw(self.session, self.spec, b, self.seq_len, self.seconds)
+        return self.rows[b]
+
+    def best(self) -> Row:
+        """Return the highest-throughput row among the standard batch sizes."""
+        return max((self.at(b) for b in RAW_BATCHES), key=lambda r: r.throughput)
+
+
+def bench_engine(
+    version_dir: Path, spec: ModelSpec, seq_len: int, threads: int, warmup_s: float, seconds: float
+) -> Row:
+    """The in-process engine (default settings, blue slot) at saturation: `threads` callers of single samples."""
+    engine = Engine()
+    batcher = engine.load(version_dir, "blue").batcher
+    tensors = sample_inputs(spec, 1, seq_len)
+
+    def call() -> tuple[int, int, float]:
+        try:
+            return 200, engine.infer(spec.name, tensors).batch_size, 0.0
+        except ServingError as exc:
+            return exc.status, 0, 0.01
+
+    def probe() -> dict[str, Any]:
+        return {**cpu_probe(), "compute_s": batcher.stats.compute_ns / 1e9, "executions": batcher.stats.execution_count}
+
+    try:
+        w = closed_loop([call] * threads, warmup_s, seconds, probe)
+    finally:
+        engine.drain(30)
+    row = window_row(f"engine c={threads}", w, len(w.latencies) / w.executions if w.executions else math.nan)
+    row.exec_busy = 100 * w.delta("compute_s") / w.delta("t")
+    row.batch_ms = 1000 * w.delta("compute_s") / max(1, w.delta("executions"))
+    return row
+
+
+class Server:
+    """The real gunicorn server (Flightdeck's gunicorn.conf.py) over a temporary home linking the demo models."""
+
+    def __init__(self, store: Path, home: Path, overrides: dict[str, str] | None = None) -> None:
+        for version_dir in sorted(p for p in store.glob("*/*") if p.is_dir()):
+            target = home / "models" / version_dir.parent.name / version_dir.name
+            target.mkdir(parents=True, exist_ok=True)
+            for item in version_dir.iterdir():
+                (target / item.name).symlink_to(item)
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("FLIGHTDECK_", "PROMETHEUS_MULTIPROC"))}
+        env.update(
+            FLIGHTDECK_HOME=str(home), FLIGHTDECK_HOST="127.0.0.1", FLIGHTDECK_PORT=str(self.port),
+            FLIGHTDECK_LOG_SAMPLE_RATE="0", FLIGHTDECK_DEMO_MODELS="false", **(overrides or {}),
+        )  # fmt: skip
+        self.log = home / "server.log"
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "gunicorn.conf.py")],
+                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        self._worker: int | None = None
+
+    def wait_ready(self, timeout_s: float = 120) -> None:
+        """Poll /v2/health/ready until it answers 200; raise with the server's log otherwise."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.log.read_text()[-4000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v2/health/ready", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"server not ready within {timeout_s}s:\n{self.log.read_text()[-4000:]}")
+
+    def stop(self) -> None:
+        """SIGTERM the master (it drains) and wait; SIGKILL if it does not exit."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+
+    def worker_pid(self) -> int:
+        """Return the pid of the gunicorn worker: the master's child."""
+        if self._worker is None:
+            master = self.process.pid
+            try:
+                children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+            except OSError:  # kernels without CONFIG_PROC_CHILDREN: scan every process's parent
+                children = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and _ppid(p) == master]
+            if not children:
+                raise RuntimeError("the gunicorn master has no worker")
+            self._worker = int(children[0])
+        return self._worker
+
+    def rss_mb(self) -> float:
+        """Return the worker's resident set size (VmRSS) in MiB."""
+        for line in Path(f"/proc/{self.worker_pid()}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return math.nan
+
+    def probe(self, model: str) -> dict[str, Any]:
+        """Snapshot CPU (both processes) and the model's Triton-style statistics."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v2/models/{model}/stats", timeout=30) as r:
+            stats = json.load(r)["model_stats"]
+        stat = Path(f"/proc/{self.worker_pid()}/stat").read_text().rsplit(")", 1)[1].split()
+        return {
+            **cpu_probe(), "server_cpu": (int(stat[11]) + int(stat[12])) / CLK_TCK,
+            "inferences": sum(s["inference_count"] for s in stats), "executions": sum(s["execution_count"] for s in stats),
+            "compute_s": sum(s["inference_stats"]["compute_infer"]["ns"] for s in stats) / 1e9,
+            "success": sum(s["inference_stats"]["success"]["count"] for s in stats),
+            "success_s": sum(s["inference_stats"]["success"]["ns"] for s in stats) / 1e9,
+        }  # fmt: skip
+
+    def client(self, model: str, body: bytes) -> Call:
+        """Return a call POSTing `body` over its own keep-alive connection; it backs off briefly on 429/503."""
+        conn: list[http.client.HTTPConnection | None] = [None]
+        path, headers = f"/v2/models/{model}/infer", {"Content-Type": "application/json"}
+
+        def call() -> tuple[int, int, float]:
+            if conn[0] is None:
+                conn[0] = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+            try:
+                conn[0].request("POST", path, body, headers)
+                response = conn[0].getresponse()
+                response.read()
+            except (OSError, http.client.HTTPException):
+                conn[0].close()
+                conn[0] = None
+                return 0, 0, 0.01  # status 0: the connection failed
+            if response.will_close:
+                conn[0].close()
+                conn[0] = None
+            backoff = min(float(response.getheader("Retry-After") or 1), 0.05) if response.status in SHED else 0.0
+            return response.status, 0, backoff
+
+        return call
+
+
+def _ppid(proc: Path) -> int | None:
+    try:
+        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def bench_http(server: Server, label: str, model: str, body: bytes, threads: int, warmup_s: float, seconds: float,
+               tick: Callable[[], None] | None = None) -> Row:  # fmt: skip
+    """Closed-loop HTTP load of single-sample requests; the mean batch comes from the server's statistics."""
+    calls = [server.client(model, body) for _ in range(threads)]
+    w = closed_loop(calls, warmup_s, seconds, lambda: server.probe(model), tick)
+    executions = w.delta("executions")
+    row = window_row(label, w, w.delta("inferences") / executions if executions else math.nan)
+    row.exec_busy = 100 * w.delta("compute_s") / w.delta("t")
+    row.batch_ms = 1000 * w.delta("compute_s") / executions if executions else math.nan
+    if w.latencies and w.delta("success"):
+        row.outside_ms = 1000 * (float(np.mean(w.latencies)) - w.delta("success_s") / w.delta("success"))
+    return row
+
+
+def bench_overload(server: Server, body: bytes, threads: int, warmup_s: float, seconds: float) -> tuple[Row, dict]:
+    """Far more concurrency than capacity against a small queue: statuses, accepted latency, worker RSS."""
+    rss = {"idle": server.rss_mb(), "peak": 0.0}
+    bench_http(server, "overload warm-up", "textcls", body, threads, 0.0, warmup_s)
+    rss["warm"] = server.rss_mb()
+
+    def tick() -> None:
+        rss["peak"] = max(rss["peak"], server.rss_mb())
+
+    row = bench_http(server, f"overload c={threads}", "textcls", body, threads, 0.5, seconds, tick)
+    time.sleep(0.5)
+    rss["end"] = server.rss_mb()
+    row.errors = sum(n for s, n in row.statuses.items() if int(s) not in (200, *SHED))
+    return row, rss
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None or math.isnan(value) else format(value, spec)
+
+
+def print_table(title: str, rows: list[Row]) -> None:
+    """Print rows as a plain-text table."""
+    cols = (
+        f"{'row':<21}{'samples/s':>10}{'p50 ms':>8}{'p99 ms':>8}{'batch':>6}{'errors':>7}{'vs raw@b':>9}{'vs unbat':>9}"
+    )
+    cols += f"{'cpu cli/srv/oth %':>19}{'exec busy%':>11}{'ms/batch':>9}{'outside ms':>11}"
+    print(f"\n== {title}\n{cols}\n{'-' * len(cols)}")
+    for r in rows:
+        cpu = "/".join(f"{v:.0f}" for v in r.cpu) if r.cpu else "-"
+        print(
+            f"{r.label:<21}{r.throughput:>10.1f}{_fmt(r.p50_ms, '.2f'):>8}{_fmt(r.p99_ms, '.2f'):>8}{_fmt(r.batch, '.1f'):>6}"
+            f"{r.errors:>7}{_fmt(r.vs_raw, '.2f'):>9}{_fmt(r.vs_unbatched, '.2f'):>9}{cpu:>19}"
+            f"{_fmt(r.exec_busy, '.0f'):>11}{_fmt(r.batch_ms, '.1f'):>9}{_fmt(r.outside_ms, '.1f'):>11}"
+        )
+
+
+def check_targets(rows: dict[str, Row], raw: RawRuns, overload: tuple[Row, dict] | None) -> list[dict[str, Any]]:
+    """Print the text model's targets as PASS/FAIL lines and return them."""
+    checks: list[tuple[str, bool, str]] = []
+    for key, name, goal in (("engine", "in-process engine", 0.9), ("http c=32 batched", "HTTP c=32", 0.75)):
+        r, ref = rows[key], raw.at(rows[key].batch)
+        detail = f"{r.throughput:.0f} samples/s vs raw b={ref.batch:.0f} {ref.throughput:.0f} = {r.vs_raw:.2f} x"
+        checks.append((f"{name} >= {goal} x raw ORT at the batch formed", (r.vs_raw or 0) >= goal, detail))
+    raw_gain = raw.best().throughput / raw.at(1).throughput
+    u32 = rows["http c=32 unbatched"].throughput
+    server_gain = rows["http c=32 batched"].throughput / u32 if u32 else math.nan
+    kept = (server_gain - 1) / (raw_gain - 1) if raw_gain > 1 else math.nan
+    detail = (f"server c=32 batched/unbatched {server_gain:.2f} x, raw {raw.best().label}/b=1 {raw_gain:.2f} x; "
+              f"ratio of gains {server_gain / raw_gain:.2f}, share kept {kept:.2f}")  # fmt: skip
+    checks.append(("batching gain kept >= 0.7", kept >= 0.7, detail))
+    h1, r1 = rows["http c=1 batched"].p50_ms, raw.at(1).p50_ms
+    checks.append(
+        ("HTTP c=1 p50 within 1.5 ms of raw b=1", h1 - r1 <= 1.5, f"{h1:.2f} vs {r1:.2f} ms (+{h1 - r1:.2f})")
+    )
+    if overload is not None:
+        row, rss = overload
+        deadline = float(OVERLOAD_ENV["FLIGHTDECK_DEFAULT_TIMEOUT_MS"])
+        shed = sum(n for s, n in row.statuses.items() if int(s) in SHED)
+        checks.append(
+            ("overload: no status but 200/429/503", row.errors == 0, f"statuses {row.statuses} (0: no connection)")
+        )
+        checks.append(("overload: the excess was refused (429/503 seen)", shed > 0, f"{shed} refused"))
+        checks.append(
+            (
+                "overload: p99 of accepted within the deadline",
+                row.p99_ms <= deadline,
+                f"{row.p99_ms:.0f} vs {deadline:.0f} ms",
+            )
+        )
+        growth = rss["end"] - rss["warm"]
+        detail = (
+            f"MB idle {rss['idle']:.0f}, after warm-up {rss['warm']:.0f}, peak {rss['peak']:.0f}, end {rss['end']:.0f}"
+        )
+        checks.append(
+            ("overload: worker RSS flat (< 50 MB or < 10%)", growth < 50 or growth < 0.1 * rss["warm"], detail)
+        )
+    for name, ok, detail in checks:
+        print(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")
+    return [{"target": name, "pass": ok, "detail": detail} for name, ok, detail in checks]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Parse the command line."""
+    p = argparse.ArgumentParser(prog="python -m serving.bench", description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--models", default="textcls,mlp", help="comma-separated demo models (default: textcls,mlp)")
+    p.add_argument("--seconds", type=float, default=5.0, help="seconds per load measurement; raw rows take a third")
+    p.add_argument("--seq-len", type=int, default=64, help="sequence length of the text model's requests")
+    p.add_argument("--engine-threads", type=int, default=64, help="caller threads for the in-process engine")
+    p.add_argument("--overload-threads", type=int, default=128, help="client threads for the overload run")
+    p.add_argument("--quick", action="store_true", help="a fast run: 1 s per measurement")
+    p.add_argument("--json", type=Path, help="also write the results to this file")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.seconds = 1.0
+    return args
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Measure every model and configuration, print the tables and targets, and return the results."""
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    secs, warm = args.seconds, max(0.3, args.seconds / 5)
+    results: dict[str, Any] = {"settings": {k: str(v) for k, v in vars(args).items()}, "models": {}}
+    rows: dict[str, dict[str, Row]] = {m: {} for m in models}
+    overload = None
+    with tempfile.TemporaryDirectory(prefix="flightdeck-bench-") as tmp:
+        store = Path(tmp) / "store"
+        write_demo_models(store)
+        specs = {m: ModelSpec.from_manifest(read_manifest(store / m / "1")) for m in models}
+        bodies = {m: request_body(sample_inputs(specs[m], 1, args.seq_len), specs[m]) for m in models}
+        raws = {m: RawRuns(store / m / "1", specs[m], args.seq_len, max(0.5, secs / 3)) for m in models}
+        for m in models:
+            print(f"[{m}] raw ONNX Runtime, then the in-process engine ...", flush=True)
+            rows[m].update({f"raw b={b}": raws[m].at(b) for b in RAW_BATCHES})
+            rows[m]["engine"] = bench_engine(store / m / "1", specs[m], args.seq_len, args.engine_threads, warm, secs)
+        servers = [("batched", {}), ("unbatched", {"FLIGHTDECK_BATCHING": "false"})]
+        servers += [("overload", OVERLOAD_ENV)] if "textcls" in models else []
+        for mode, env in servers:
+            server = Server(store, Path(tmp) / mode, env)
+            try:
+                server.wait_ready()
+                if mode == "overload":
+                    print(f"[textcls] overload, {args.overload_threads} clients ...", flush=True)
+                    overload = bench_overload(server, bodies["textcls"], args.overload_threads, warm, secs)
+                    rows["textcls"]["overload"] = overload[0]
+                    continue
+                for m in models:
+                    for c in HTTP_CONCURRENCY:
+                        print(f"[{m}] HTTP {mode} c={c} ...", flush=True)
+                        rows[m][f"http c={c} {mode}"] = bench_http(
+                            server, f"http c={c} {mode}", m, bodies[m], c, warm, secs
+                        )
+            finally:
+                server.stop()
+        for m in models:
+            for key, row in rows[m].items():
+                if key.startswith(("engine", "http")):
+                    row.vs_raw = row.throughput / raws[m].at(row.batch).throughput
+                if key.endswith(" batched"):
+                    unbatched = rows[m][key.replace(" batched", " unbatched")].throughput
+                    row.vs_unbatched = row.throughput / unbatched if unbatched else math.nan
+            extra = [r for b, r in sorted(raws[m].rows.items()) if b not in RAW_BATCHES]
+            seq = f", seq_len {args.seq_len}" if specs[m].has_sequence_axis else ""
+            print_table(f"{m}{seq}, {secs:g} s per measurement (raw rows after the servers: batch sizes formed)",
+                        list(rows[m].values()) + extra)  # fmt: skip
+            best = raws[m].best()
+            print(
+                f"best raw: {best.label}, {best.throughput:.0f} samples/s; raw single-request p50 {raws[m].at(1).p50_ms:.2f} ms"
+            )
+            results["models"][m] = {"rows": [asdict(r) for r in list(rows[m].values()) + extra]}
+        if overload is not None:
+            print(f"overload ({OVERLOAD_ENV}): statuses {overload[0].statuses}, worker RSS MB "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in overload[1].items()))  # fmt: skip
+            results["overload_rss_mb"] = overload[1]
+        if "textcls" in models:
+            print("\nTargets (textcls):")
+            results["targets"] = check_targets(rows["textcls"], raws["textcls"], overload)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; return 0 unless it crashed."""
+    args = parse_args(argv)
+    started = time.perf_counter()
+    try:
+        results = run(args)
+    except Exception:
+        traceback.print_exc()
+        return 1
+    results["wall_s"] = round(time.perf_counter() - started, 1)
+    print(f"\nfinished in {results['wall_s']:.0f} s")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
