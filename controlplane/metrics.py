@@ -7,6 +7,7 @@ them with the multiprocess collector; every gauge declares how to merge across p
 
 from __future__ import annotations
 
+import glob
 import os
 
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
@@ -141,10 +142,25 @@ def update_gpu_gauges() -> None:
         GPU_MEMORY_TOTAL.labels(str(gpu.index)).set(gpu.memory_total_bytes)
 
 
+class _SettledFilesCollector:
+    """The multiprocess collector, minus files a starting worker has created but not yet sized.
+
+    NOTE: a scrape racing a worker's start-up otherwise reads a zero-byte file and fails (struct.error).
+    """
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    def collect(self):
+        files = [f for f in glob.glob(os.path.join(self._path, "*.db")) if os.path.getsize(f) > 0]
+        return multiprocess.MultiProcessCollector.merge(files, accumulate=True)
+
+
 def render() -> bytes:
     """Render every metric, aggregated over worker processes when running under gunicorn."""
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if path:
         registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
+        registry.register(_SettledFilesCollector(path))
         return generate_latest(registry)
     return generate_latest(DEFAULT_REGISTRY)
