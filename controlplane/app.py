@@ -10,6 +10,7 @@ from flask import Flask, Response, g
 
 from controlplane import db, errors, inference_api, ops_api
 from controlplane.config import Settings, load_settings
+from controlplane.history import api as history_api
 from controlplane.logconfig import configure_logging
 from controlplane.services import Services, build_services
 
@@ -25,6 +26,7 @@ def create_app(config: Mapping[str, Any] | None = None, services: Services | Non
     errors.register_handlers(app)
     app.register_blueprint(inference_api.bp)
     app.register_blueprint(ops_api.bp)
+    app.register_blueprint(history_api.bp)
 
     @app.before_request
     def _request_id() -> None:

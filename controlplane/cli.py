@@ -110,6 +110,52 @@ def status(url: str | None) -> None:
     sys.exit(0 if data["ready"] else 1)
 
 
+@cli.command()
+@click.option("--since", default="-1h", show_default=True, help="Start: 'now', -15m, -6h, -7d or ISO 8601.")
+@click.option("--until", "until", default="now", show_default=True, help="End, in the same forms.")
+@click.option("--model", help="Only this model.")
+def history(since: str, until: str, model: str | None) -> None:
+    """Print key figures per model/version/slot for a time range, from the stored history."""
+    from datetime import UTC, datetime
+
+    from controlplane.db import make_engine, session_factory
+    from controlplane.errors import ApiError
+    from controlplane.history.api import parse_time
+    from controlplane.history.query import summary
+
+    settings = _settings()
+    now = datetime.now(UTC)
+    try:
+        start, end = parse_time(since, "since", now), parse_time(until, "until", now)
+    except ApiError as exc:
+        raise click.ClickException(exc.message) from None
+    if start >= end:
+        raise click.ClickException("--since must be before --until")
+    engine = make_engine(settings.sqlalchemy_url)
+    with session_factory(engine)() as session:
+        rows = summary(session, start, end, model)
+    engine.dispose()
+    click.echo(f"{start:%Y-%m-%d %H:%M:%S} .. {end:%Y-%m-%d %H:%M:%S} UTC")
+    if not rows:
+        click.echo("no history in this range")
+        return
+    header = f"{'model':<10} {'ver':<4} {'slot':<5} {'requests':>9} {'req/s':>8} {'err%':>6} {'tmo%':>6} {'rej%':>6} {'p50 ms':>8} {'p99 ms':>8} {'pad%':>6}"
+    click.echo(header)
+
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{value * 100:.2f}"
+
+    def num(value: float | None, digits: int = 2) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    for r in rows:
+        click.echo(
+            f"{r['model']:<10} {r['version']:<4} {r['slot']:<5} {int(r['requests']):>9} {num(r['throughput']):>8} "
+            f"{pct(r['error_rate']):>6} {pct(r['timeout_rate']):>6} {pct(r['rejection_rate']):>6} "
+            f"{num(r['p50']):>8} {num(r['p99']):>8} {pct(r['padding_waste']):>6}"
+        )
+
+
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.pass_context
 def bench(ctx: click.Context) -> None:

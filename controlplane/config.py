@@ -11,10 +11,14 @@ import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from serving.settings import BatchingSettings, RuntimeSettings
+
+if TYPE_CHECKING:
+    from controlplane.history.retention import RetentionPolicy
 
 PREFIX = "FLIGHTDECK_"
 DEV_SECRET = "dev-insecure-secret"
@@ -72,6 +76,11 @@ class Settings:
     slow_request_ms: float = _setting(1000.0, "Requests slower than this are always logged.")
     scheduler: bool = _setting(True, "Run scheduled jobs (one leader process runs the cluster-wide ones).")
     lease_ttl_s: float = _setting(15.0, "How long the scheduler leader's lease lasts without renewal.")
+    history_interval_s: float = _setting(10.0, "How often each serving process writes a history row per slot.")
+    history_raw_retention_h: float = _setting(6.0, "Hours raw history rows are kept before 1-minute rollup.")
+    history_minute_retention_d: float = _setting(7.0, "Days 1-minute rows are kept before 1-hour rollup.")
+    history_hour_retention_d: float = _setting(90.0, "Days 1-hour rows are kept before deletion.")
+    retention_interval_s: float = _setting(60.0, "How often the scheduler leader applies history retention.")
 
     @property
     def sqlalchemy_url(self) -> str:
@@ -85,6 +94,18 @@ class Settings:
     @property
     def log_dir(self) -> Path:
         return self.home / "logs"
+
+    @property
+    def retention(self) -> RetentionPolicy:
+        """Return how long each history resolution is kept."""
+        # Imported here: gunicorn.conf.py reads the settings and must not pull in the ORM.
+        from controlplane.history.retention import RetentionPolicy  # noqa: F811
+
+        return RetentionPolicy(
+            raw=timedelta(hours=self.history_raw_retention_h),
+            minute=timedelta(days=self.history_minute_retention_d),
+            hour=timedelta(days=self.history_hour_retention_d),
+        )
 
     @property
     def runtime(self) -> RuntimeSettings:
@@ -138,7 +159,18 @@ class Settings:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{PREFIX}{name.upper()} must be at least 1")
-        for name in ("max_queue_delay_ms", "default_timeout_ms", "drain_grace_s", "lease_ttl_s"):
+        for name in ("history_interval_s", "retention_interval_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{PREFIX}{name.upper()} must be positive")
+        for name in (
+            "max_queue_delay_ms",
+            "default_timeout_ms",
+            "drain_grace_s",
+            "lease_ttl_s",
+            "history_raw_retention_h",
+            "history_minute_retention_d",
+            "history_hour_retention_d",
+        ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{PREFIX}{name.upper()} must not be negative")
         if not 0.0 <= self.log_sample_rate <= 1.0:

@@ -21,6 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from serving.errors import DeadlineExceeded, InferenceFailed, InvalidInput, Overloaded, ServingError, Unavailable
+from serving.histogram import Histogram
 from serving.tensors import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,27 @@ class BatcherStats:
     last_inference_ms: int = 0
     # batch size -> [executions, compute nanoseconds]
     batch_sizes: dict[int, list[int]] = field(default_factory=dict)
+    # Engine latency (queue + compute) of every request that ran, mergeable across intervals.
+    latency: Histogram = field(default_factory=Histogram)
+
+
+@dataclass(frozen=True)
+class BatcherSnapshot:
+    """Cumulative counters at one moment, plus the queue's max and mean since the previous snapshot."""
+
+    taken_at: float
+    success: int
+    failed: int
+    timeouts: int
+    rejected: int
+    execution_count: int
+    real_tokens: int
+    padded_tokens: int
+    batch_counts: dict[int, int]
+    latency: Histogram
+    latency_sum_s: float
+    queue_depth_max: int
+    queue_depth_mean: float
 
 
 class Batcher:
@@ -121,6 +143,10 @@ class Batcher:
         self._closing = False
         self._cond = threading.Condition()
         self._per_sample_s = 0.0  # moving average, for Retry-After
+        # Queue depth over time since the last snapshot: its max and its time integral.
+        self._depth_max = 0
+        self._depth_area = 0.0
+        self._created_at = self._depth_since = self._window_start = clock()
         self.stats = BatcherStats()
         self._threads = [
             threading.Thread(target=self._loop, name=f"batcher-{name}-{i}", daemon=True)
@@ -161,8 +187,10 @@ class Batcher:
                     retry_after=retry,
                 )
             pending = Pending(tensors, batch, seq_len, self._spec.bucket_of(seq_len), now, now + timeout_s)
+            self._depth_changing(now)
             self._queue.append(pending)
             self._queued_samples += batch
+            self._depth_max = max(self._depth_max, self._queued_samples)
             depth = self._queued_samples
             self._cond.notify()
         if self._observer:
@@ -244,8 +272,59 @@ class Batcher:
         return taken
 
     def _remove(self, pending: Pending) -> None:
+        self._depth_changing(self._clock())
         self._queue.remove(pending)
         self._queued_samples -= pending.batch
+
+    def _depth_changing(self, now: float) -> None:
+        """Account for the time the queue spent at its current depth (caller holds the lock)."""
+        self._depth_area += self._queued_samples * (now - self._depth_since)
+        self._depth_since = now
+
+    def zero_snapshot(self) -> BatcherSnapshot:
+        """Return the counters as they stood when this batcher was created (all zero)."""
+        return BatcherSnapshot(
+            taken_at=self._created_at,
+            success=0,
+            failed=0,
+            timeouts=0,
+            rejected=0,
+            execution_count=0,
+            real_tokens=0,
+            padded_tokens=0,
+            batch_counts={},
+            latency=Histogram(),
+            latency_sum_s=0.0,
+            queue_depth_max=0,
+            queue_depth_mean=0.0,
+        )
+
+    def snapshot(self) -> BatcherSnapshot:
+        """Return the cumulative counters and start a new queue-depth window (one reader: the sampler)."""
+        with self._cond:
+            now = self._clock()
+            self._depth_changing(now)
+            s = self.stats
+            window = now - self._window_start
+            snap = BatcherSnapshot(
+                taken_at=now,
+                success=s.success,
+                failed=s.failed,
+                timeouts=s.timeouts,
+                rejected=s.rejected,
+                execution_count=s.execution_count,
+                real_tokens=s.real_tokens,
+                padded_tokens=s.padded_tokens,
+                batch_counts={size: count for size, (count, _) in s.batch_sizes.items()},
+                latency=s.latency.copy(),
+                latency_sum_s=(s.success_ns + s.failed_ns) / 1e9,
+                queue_depth_max=self._depth_max,
+                queue_depth_mean=self._depth_area / window if window > 0 else float(self._queued_samples),
+            )
+            self._depth_max = self._queued_samples
+            self._depth_area = 0.0
+            self._window_start = now
+            return snap
 
     def _expire_overdue(self, now: float) -> None:
         for pending in [p for p in self._queue if p.deadline <= now]:
@@ -307,6 +386,7 @@ class Batcher:
             s.last_inference_ms = int(time.time() * 1000)
             for p in batch:
                 total_ns = int((end - p.enqueued_at) * 1e9)
+                s.latency.record(end - p.enqueued_at)
                 s.queue_ns += int(p.queue_s * 1e9)
                 if ok:
                     s.success += 1

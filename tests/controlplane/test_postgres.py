@@ -14,10 +14,11 @@ pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e 
 
 from alembic.autogenerate import compare_metadata  # noqa: E402
 from alembic.migration import MigrationContext  # noqa: E402
+from alembic.script import ScriptDirectory  # noqa: E402
 from sqlalchemy import Engine, inspect, select  # noqa: E402
 
 from controlplane.db import make_engine, session_factory  # noqa: E402
-from controlplane.migrate import upgrade  # noqa: E402
+from controlplane.migrate import alembic_config, upgrade  # noqa: E402
 from controlplane.models import Base, Lease  # noqa: E402
 from controlplane.scheduler import LeaderScheduler, release, try_acquire  # noqa: E402
 from tests.pg import create_database, find_bindir, postgres_cluster  # noqa: E402
@@ -64,12 +65,14 @@ def test_upgrading_an_empty_database_matches_the_models(pg_url: str) -> None:
     with engine.connect() as connection:
         diff = compare_metadata(MigrationContext.configure(connection), Base.metadata)
     assert diff == []
-    assert sorted(inspect(engine).get_table_names()) == ["alembic_version", "leases"]
+    assert sorted(inspect(engine).get_table_names()) == sorted([*Base.metadata.tables, "alembic_version"])
     columns = {column["name"]: column for column in inspect(engine).get_columns("leases")}
     assert columns["expires_at"]["type"].timezone and columns["acquired_at"]["type"].timezone
     upgrade(pg_url)  # idempotent
     with engine.connect() as connection:
-        assert MigrationContext.configure(connection).get_current_heads() == ("0001",)
+        assert MigrationContext.configure(connection).get_current_heads() == (
+            ScriptDirectory.from_config(alembic_config(pg_url)).get_current_head(),
+        )
     engine.dispose()
 
 

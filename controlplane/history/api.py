@@ -1,0 +1,86 @@
+"""The JSON history API: /api/history (series), /api/history/summary, /api/history/metrics."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from flask import Blueprint, Response, current_app, jsonify, request
+
+from controlplane.errors import ApiError
+from controlplane.history.query import METRICS
+
+bp = Blueprint("history", __name__, url_prefix="/api/history")
+
+MAX_POINTS = 5000
+_RELATIVE = re.compile(r"^-(\d+)([smhd])$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def parse_time(value: str, name: str, now: datetime) -> datetime:
+    """Parse 'now', a relative '-15m' / '-2h' / '-7d', or an ISO 8601 time (UTC when no offset)."""
+    if value == "now":
+        return now
+    match = _RELATIVE.match(value)
+    if match:
+        return now - timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ApiError(f"'{name}' must be 'now', a relative time like -1h, or ISO 8601; got {value!r}") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def parse_range(default_start: str = "-1h") -> tuple[datetime, datetime]:
+    """Read and check ?start= and ?end= from the request."""
+    now = datetime.now(UTC)
+    start = parse_time(request.args.get("start", default_start), "start", now)
+    end = parse_time(request.args.get("end", "now"), "end", now)
+    if start >= end:
+        raise ApiError(f"'start' ({start.isoformat()}) must be before 'end' ({end.isoformat()})")
+    return start, end
+
+
+def _history():
+    return current_app.extensions["flightdeck"].history
+
+
+@bp.get("")
+def series() -> Response:
+    """Return the series of one metric over a range, one per model/version/slot (or device)."""
+    metric = request.args.get("metric")
+    if metric not in METRICS:
+        raise ApiError(f"'metric' must be one of {sorted(METRICS)}; got {metric!r}")
+    start, end = parse_range()
+    raw_step = request.args.get("step", "60")
+    if not raw_step.isascii() or not raw_step.isdigit() or int(raw_step) < 1:
+        raise ApiError(f"'step' must be a whole number of seconds >= 1; got {raw_step!r}")
+    step = int(raw_step)
+    if (end - start).total_seconds() / step > MAX_POINTS:
+        raise ApiError(f"range / step gives more than {MAX_POINTS} points; use a larger 'step'")
+    labels = {k: request.args.get(k) for k in ("model", "version", "slot")}
+    data = _history().series(metric, start, end, step, **labels)
+    return jsonify(
+        {
+            "metric": metric,
+            "unit": METRICS[metric][1],
+            "start": start.isoformat(),
+            "end": end.isoformat(),
+            "step": step,
+            "series": data,
+        }
+    )
+
+
+@bp.get("/summary")
+def summary() -> Response:
+    """Return key figures per model/version/slot over a range."""
+    start, end = parse_range()
+    rows = _history().summary(start, end, request.args.get("model"))
+    return jsonify({"start": start.isoformat(), "end": end.isoformat(), "rows": rows})
+
+
+@bp.get("/metrics")
+def catalog() -> Response:
+    """List the metrics the history can answer, with their meaning and unit."""
+    return jsonify({"metrics": [{"name": n, "description": d, "unit": u} for n, (d, u) in sorted(METRICS.items())]})

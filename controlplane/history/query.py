@@ -1,0 +1,206 @@
+"""Queries over the history: series per metric, summaries, batch-size distributions.
+
+Rows from several processes and several resolutions (raw, 1-minute and 1-hour rollups) add up in
+the same way: counters sum, histograms merge, so percentiles over any range come from merged
+buckets and never from averaged percentiles.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from controlplane.models import DeviceSample, SlotSample
+from serving.histogram import Histogram
+
+# metric -> (what it is, unit), for the API's documentation and validation.
+SLOT_METRICS = {
+    "requests": ("requests that reached the slot (answered, failed, timed out or refused)", "count"),
+    "throughput": ("answered requests per second", "1/s"),
+    "error_rate": ("failed / requests", "ratio"),
+    "timeout_rate": ("timed out / requests", "ratio"),
+    "rejection_rate": ("refused (queue full) / requests", "ratio"),
+    "p50": ("engine latency, 50th percentile", "ms"),
+    "p90": ("engine latency, 90th percentile", "ms"),
+    "p99": ("engine latency, 99th percentile", "ms"),
+    "p999": ("engine latency, 99.9th percentile", "ms"),
+    "latency_mean": ("engine latency, mean", "ms"),
+    "queue_depth_max": ("largest queue seen by one process", "samples"),
+    "queue_depth_mean": ("time-averaged queue, summed over processes", "samples"),
+    "batch_size_mean": ("samples per executed batch", "samples"),
+    "padding_waste": ("padded positions / positions run", "ratio"),
+}
+DEVICE_METRICS = {
+    "gpu_utilization": ("GPU utilisation", "ratio"),
+    "gpu_memory_used": ("GPU memory used", "bytes"),
+    "gpu_memory_total": ("GPU memory total", "bytes"),
+    "fragmentation": ("heap reserved but unused / reserved (see README)", "ratio"),
+    "heap_reserved": ("heap bytes held from the OS", "bytes"),
+    "rss": ("resident set size of the serving process", "bytes"),
+}
+METRICS = {**SLOT_METRICS, **DEVICE_METRICS}
+_QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p999": 0.999}
+
+
+@dataclass
+class SlotAggregate:
+    """Everything the slot metrics need, added up over rows."""
+
+    successes: int = 0
+    errors: int = 0
+    timeouts: int = 0
+    rejections: int = 0
+    latency: Histogram = field(default_factory=Histogram)
+    latency_sum_s: float = 0.0
+    queue_max: int = 0
+    queue_area: float = 0.0  # mean depth x seconds, summed over processes
+    batches: int = 0
+    batch_sizes: dict[int, int] = field(default_factory=dict)
+    real_tokens: int = 0
+    padded_tokens: int = 0
+
+    def add(self, row: SlotSample) -> None:
+        self.successes += row.successes
+        self.errors += row.errors
+        self.timeouts += row.timeouts
+        self.rejections += row.rejections
+        self.latency.merge(Histogram.from_dict(row.latency_hist))
+        self.latency_sum_s += row.latency_sum_s
+        self.queue_max = max(self.queue_max, row.queue_depth_max)
+        self.queue_area += row.queue_depth_mean * row.interval_s
+        self.batches += row.batches
+        for size, count in row.batch_sizes.items():
+            self.batch_sizes[int(size)] = self.batch_sizes.get(int(size), 0) + count
+        self.real_tokens += row.real_tokens
+        self.padded_tokens += row.padded_tokens
+
+    @property
+    def requests(self) -> int:
+        return self.successes + self.errors + self.timeouts + self.rejections
+
+    def value(self, metric: str, seconds: float) -> float | None:
+        """Return one metric over an aggregate covering `seconds`; None where undefined."""
+        requests = self.requests
+        ran = self.successes + self.errors
+        if metric == "requests":
+            return float(requests)
+        if metric == "throughput":
+            return (self.successes + self.errors) / seconds if seconds > 0 else None
+        if metric in ("error_rate", "timeout_rate", "rejection_rate"):
+            part = {"error_rate": self.errors, "timeout_rate": self.timeouts, "rejection_rate": self.rejections}[metric]
+            return part / requests if requests else None
+        if metric in _QUANTILES:
+            q = self.latency.quantile(_QUANTILES[metric])
+            return None if q is None else q * 1000
+        if metric == "latency_mean":
+            return self.latency_sum_s / ran * 1000 if ran else None
+        if metric == "queue_depth_max":
+            return float(self.queue_max)
+        if metric == "queue_depth_mean":
+            return self.queue_area / seconds if seconds > 0 else None
+        if metric == "batch_size_mean":
+            total = sum(size * count for size, count in self.batch_sizes.items())
+            return total / self.batches if self.batches else None
+        if metric == "padding_waste":
+            return (self.padded_tokens - self.real_tokens) / self.padded_tokens if self.padded_tokens else None
+        raise KeyError(metric)
+
+
+def _slot_rows(
+    session: Session, start: datetime, end: datetime, model: str | None, version: str | None, slot: str | None
+) -> Iterable[SlotSample]:
+    query = select(SlotSample).where(SlotSample.ts > start, SlotSample.ts <= end)
+    for column, value in ((SlotSample.model, model), (SlotSample.version, version), (SlotSample.slot, slot)):
+        if value is not None:
+            query = query.where(column == value)
+    return session.scalars(query.order_by(SlotSample.ts))
+
+
+def _device_value(metric: str, rows: list[DeviceSample]) -> float | None:
+    attribute = {
+        "gpu_utilization": "utilization",
+        "gpu_memory_used": "memory_used_bytes",
+        "gpu_memory_total": "memory_total_bytes",
+        "fragmentation": "fragmentation",
+        "heap_reserved": "reserved_bytes",
+        "rss": "memory_used_bytes",
+    }[metric]
+    values = [getattr(r, attribute) for r in rows if getattr(r, attribute) is not None]
+    return sum(values) / len(values) if values else None
+
+
+def series(
+    session: Session,
+    metric: str,
+    start: datetime,
+    end: datetime,
+    step_s: int,
+    model: str | None = None,
+    version: str | None = None,
+    slot: str | None = None,
+) -> list[dict]:
+    """Return one series per model/version/slot (or device) with a point at the end of every step."""
+    if metric not in METRICS:
+        raise KeyError(metric)
+    steps = max(1, math.ceil((end - start).total_seconds() / step_s))
+
+    def index(ts: datetime) -> int:
+        return min(steps - 1, int((ts - start).total_seconds() // step_s))
+
+    times = [(start + timedelta(seconds=step_s * (i + 1))).isoformat() for i in range(steps)]
+    if metric in SLOT_METRICS:
+        groups: dict[tuple[str, str, str], dict[int, SlotAggregate]] = defaultdict(dict)
+        for row in _slot_rows(session, start, end, model, version, slot):
+            buckets = groups[(row.model, row.version, row.slot)]
+            buckets.setdefault(index(row.ts), SlotAggregate()).add(row)
+        result = []
+        for (m, v, s), buckets in sorted(groups.items()):
+            points = [[t, buckets[i].value(metric, step_s) if i in buckets else None] for i, t in enumerate(times)]
+            result.append({"labels": {"model": m, "version": v, "slot": s}, "points": points})
+        return result
+    wanted_cpu = metric in ("fragmentation", "heap_reserved", "rss")
+    query = select(DeviceSample).where(DeviceSample.ts > start, DeviceSample.ts <= end)
+    query = query.where(DeviceSample.device == "cpu") if wanted_cpu else query.where(DeviceSample.device != "cpu")
+    device_groups: dict[str, dict[int, list[DeviceSample]]] = defaultdict(lambda: defaultdict(list))
+    for row in session.scalars(query.order_by(DeviceSample.ts)):
+        device_groups[row.device][index(row.ts)].append(row)
+    return [
+        {
+            "labels": {"device": device},
+            "points": [[t, _device_value(metric, buckets[i]) if i in buckets else None] for i, t in enumerate(times)],
+        }
+        for device, buckets in sorted(device_groups.items())
+    ]
+
+
+def summary(session: Session, start: datetime, end: datetime, model: str | None = None) -> list[dict]:
+    """Return one line of key figures per model/version/slot over the whole range."""
+    groups: dict[tuple[str, str, str], SlotAggregate] = defaultdict(SlotAggregate)
+    for row in _slot_rows(session, start, end, model, None, None):
+        groups[(row.model, row.version, row.slot)].add(row)
+    seconds = (end - start).total_seconds()
+    names = ("requests", "throughput", "error_rate", "timeout_rate", "rejection_rate", "p50", "p99", "padding_waste")
+    return [
+        {"model": m, "version": v, "slot": s, **{name: agg.value(name, seconds) for name in names}}
+        for (m, v, s), agg in sorted(groups.items())
+    ]
+
+
+def batch_distribution(session: Session, start: datetime, end: datetime, model: str | None = None) -> list[dict]:
+    """Return how many batches of each size every model/version/slot ran in the range."""
+    groups: dict[tuple[str, str, str], SlotAggregate] = defaultdict(SlotAggregate)
+    for row in _slot_rows(session, start, end, model, None, None):
+        groups[(row.model, row.version, row.slot)].add(row)
+    return [
+        {
+            "labels": {"model": m, "version": v, "slot": s},
+            "counts": {str(k): c for k, c in sorted(agg.batch_sizes.items())},
+        }
+        for (m, v, s), agg in sorted(groups.items())
+    ]

@@ -1,0 +1,145 @@
+"""The sampler: every interval, one row per loaded model/version/slot of this process, and per device.
+
+Each process samples its own engine (several gunicorn workers each write their own rows); queries
+add them up. Counters are cumulative in the engine, so a row holds the difference between two
+snapshots of the same loaded version.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from controlplane.models import DeviceSample, SlotSample
+from controlplane.scheduler import utcnow
+from serving.batching import BatcherSnapshot
+from serving.engine import Engine, LoadedVersion
+from serving.memory import heap_stats
+from serving.telemetry import sample_gpus
+
+log = logging.getLogger(__name__)
+
+
+def slot_row(
+    loaded: LoadedVersion, before: BatcherSnapshot, after: BatcherSnapshot, ts: datetime, process: str
+) -> SlotSample:
+    """Build the row for what one loaded version did between two snapshots."""
+    batches = {
+        str(size): count - before.batch_counts.get(size, 0)
+        for size, count in sorted(after.batch_counts.items())
+        if count - before.batch_counts.get(size, 0)
+    }
+    return SlotSample(
+        ts=ts,
+        resolution_s=0,
+        interval_s=after.taken_at - before.taken_at,
+        process=process,
+        model=loaded.spec.name,
+        version=loaded.spec.version,
+        slot=loaded.slot,
+        successes=after.success - before.success,
+        errors=after.failed - before.failed,
+        timeouts=after.timeouts - before.timeouts,
+        rejections=after.rejected - before.rejected,
+        latency_hist=after.latency.minus(before.latency).to_dict(),
+        latency_sum_s=after.latency_sum_s - before.latency_sum_s,
+        queue_depth_max=after.queue_depth_max,
+        queue_depth_mean=after.queue_depth_mean,
+        batches=after.execution_count - before.execution_count,
+        batch_sizes=batches,
+        real_tokens=after.real_tokens - before.real_tokens,
+        padded_tokens=after.padded_tokens - before.padded_tokens,
+    )
+
+
+def device_rows(ts: datetime, interval_s: float, process: str) -> list[DeviceSample]:
+    """Read this process's heap and every visible GPU."""
+    rows = []
+    heap = heap_stats()
+    if heap is not None:
+        rows.append(
+            DeviceSample(
+                ts=ts,
+                resolution_s=0,
+                interval_s=interval_s,
+                process=process,
+                device="cpu",
+                name="process heap",
+                utilization=None,
+                memory_used_bytes=heap.rss_bytes,
+                memory_total_bytes=None,
+                reserved_bytes=heap.reserved_bytes,
+                in_use_bytes=heap.in_use_bytes,
+                fragmentation=heap.fragmentation,
+            )
+        )
+    for gpu in sample_gpus():
+        rows.append(
+            DeviceSample(
+                ts=ts,
+                resolution_s=0,
+                interval_s=interval_s,
+                process=process,
+                device=f"gpu{gpu.index}",
+                name=gpu.name,
+                utilization=gpu.utilization,
+                memory_used_bytes=gpu.memory_used_bytes,
+                memory_total_bytes=gpu.memory_total_bytes,
+                reserved_bytes=None,
+                in_use_bytes=None,
+                fragmentation=None,
+            )
+        )
+    return rows
+
+
+class HistorySampler:
+    """Turn engine snapshots into history rows; `sample()` is the scheduled job."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        sessions: sessionmaker[Session],
+        process: str,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self._engine = engine
+        self._sessions = sessions
+        self._process = process
+        self._clock = clock
+        # Keyed by the loaded object itself: a reload into the same slot is a new series from zero.
+        self._previous: dict[int, tuple[LoadedVersion, BatcherSnapshot]] = {}
+
+    def collect(self) -> list[SlotSample | DeviceSample]:
+        """Snapshot every loaded version and return the rows for the interval just ended.
+
+        A version unloaded since the last call still gets its final row (its counters outlive it),
+        and a version loaded since then counts from its load, so a rollout loses no request.
+        """
+        ts = self._clock()
+        current = {id(v): v for v in self._engine.loaded()}
+        retired = {key: loaded for key, (loaded, _) in self._previous.items() if key not in current}
+        rows: list[SlotSample | DeviceSample] = []
+        kept = {}
+        longest = 0.0
+        for key, loaded in {**current, **retired}.items():
+            before = self._previous[key][1] if key in self._previous else loaded.batcher.zero_snapshot()
+            after = loaded.batcher.snapshot()
+            row = slot_row(loaded, before, after, ts, self._process)
+            rows.append(row)
+            longest = max(longest, row.interval_s)
+            if key in current:
+                kept[key] = (loaded, after)
+        self._previous = kept
+        rows.extend(device_rows(ts, longest, self._process))
+        return rows
+
+    def sample(self) -> int:
+        """Collect and store one interval's rows; return how many were written."""
+        rows = self.collect()
+        with self._sessions() as session, session.begin():
+            session.add_all(rows)
+        return len(rows)
