@@ -1,0 +1,339 @@
+"""A Grafana dashboard over Flightdeck's Prometheus metrics, generated so it stays in step with them.
+
+    python -m dashboards.grafana            # write dashboards/grafana/flightdeck.json
+    python -m dashboards.grafana --check    # exit 1 when the committed file is out of date
+
+Import the file in Grafana (Dashboards → New → Import) and pick the Prometheus data source that
+scrapes Flightdeck's /metrics; the `model` variable lists models from `flightdeck_model_info`.
+Every PromQL expression sums over instances, so several nodes show as one service.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+OUTPUT = Path(__file__).with_name("grafana") / "flightdeck.json"
+DATASOURCE = {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}
+GRID_WIDTH = 24
+WINDOW = "5m"
+MODEL = 'model=~"$model"'
+BY_SLOT = "model, version, slot"
+SLOT_LEGEND = "{{model}} v{{version}} ({{slot}})"
+REQUESTS = "flightdeck_inference_requests_total"
+
+
+def target(expr: str, legend: str = "", **extra: object) -> dict:
+    """One PromQL query of a panel (refIds are given when the panel is built)."""
+    return {"datasource": DATASOURCE, "expr": expr, "legendFormat": legend or "__auto", "range": True, **extra}
+
+
+def slot_rate(metric: str, selector: str = MODEL) -> str:
+    """Per-second rate of a counter, summed over instances for each model/version/slot."""
+    return f"sum by ({BY_SLOT}) (rate({metric}{{{selector}}}[{WINDOW}]))"
+
+
+def quantile(q: float, histogram: str) -> str:
+    """A latency quantile per model and version from merged histogram buckets (never averaged)."""
+    return f"histogram_quantile({q}, sum by (le, model, version) (rate({histogram}_bucket{{{MODEL}}}[{WINDOW}])))"
+
+
+def outcome_ratio(outcome: str) -> str:
+    """The share of a slot's requests that ended with `outcome`."""
+    part = slot_rate(REQUESTS, f'{MODEL}, outcome="{outcome}"')
+    return f"{part} / {slot_rate(REQUESTS)}"
+
+
+def timeseries(title: str, targets: Sequence[dict], unit: str, description: str = "", **defaults: object) -> dict:
+    """A time-series panel (id and position are given by `arrange`)."""
+    return {
+        "type": "timeseries",
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "fieldConfig": {
+            "defaults": {
+                "unit": unit,
+                "custom": {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 0, "spanNulls": False},
+                **defaults,
+            },
+            "overrides": [],
+        },
+        "options": {
+            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        },
+        "targets": _with_ref_ids(targets),
+    }
+
+
+def readiness_panel() -> dict:
+    """A stat per instance: ready (1) or not (0)."""
+    return {
+        "type": "stat",
+        "title": "Engine readiness",
+        "description": "1 when every serving process of the instance is ready.",
+        "datasource": DATASOURCE,
+        "fieldConfig": {
+            "defaults": {
+                "mappings": [
+                    {
+                        "type": "value",
+                        "options": {
+                            "0": {"text": "not ready", "color": "red", "index": 0},
+                            "1": {"text": "ready", "color": "green", "index": 1},
+                        },
+                    }
+                ],
+                "thresholds": {
+                    "mode": "absolute",
+                    "steps": [{"color": "red", "value": None}, {"color": "green", "value": 1}],
+                },
+            },
+            "overrides": [],
+        },
+        "options": {
+            "colorMode": "background",
+            "graphMode": "none",
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "textMode": "value_and_name",
+        },
+        "targets": _with_ref_ids([target("min by (instance) (flightdeck_engine_ready)", "{{instance}}")]),
+    }
+
+
+def batch_heatmap() -> dict:
+    """Batches per batch-size bucket over time."""
+    expr = f"sum by (le) (increase(flightdeck_inference_batch_size_bucket{{{MODEL}}}[$__rate_interval]))"
+    return {
+        "type": "heatmap",
+        "title": "Batch size distribution",
+        "description": "Executed batches per batch-size bucket.",
+        "datasource": DATASOURCE,
+        "fieldConfig": {"defaults": {}, "overrides": []},
+        "options": {
+            "calculate": False,
+            "cellGap": 1,
+            "color": {"mode": "scheme", "scheme": "Oranges", "steps": 64},
+            "yAxis": {"axisLabel": "batch size"},
+            "tooltip": {"mode": "single", "yHistogram": False},
+            "legend": {"show": True},
+        },
+        "targets": _with_ref_ids([target(expr, "{{le}}", format="heatmap")]),
+    }
+
+
+def loaded_versions_table() -> dict:
+    """Which versions are loaded where, on which provider."""
+    expr = f"max by (model, version, slot, provider) (flightdeck_model_info{{{MODEL}}})"
+    return {
+        "type": "table",
+        "title": "Loaded versions",
+        "gridPos": {"w": GRID_WIDTH},
+        "datasource": DATASOURCE,
+        "fieldConfig": {"defaults": {}, "overrides": []},
+        "options": {"showHeader": True},
+        "transformations": [{"id": "labelsToFields", "options": {}}],
+        "targets": _with_ref_ids([target(expr, "", format="table", instant=True, range=False)]),
+    }
+
+
+def panels() -> list[dict]:
+    """Every panel, in reading order, with its width."""
+    success = f'{MODEL}, outcome="success"'
+    real = slot_rate("flightdeck_sequence_tokens_total", f'{MODEL}, kind="real"')
+    padded = slot_rate("flightdeck_sequence_tokens_total", f'{MODEL}, kind="padded"')
+    latency = [
+        target(quantile(q, "flightdeck_inference_request_seconds"), f"{{{{model}}}} v{{{{version}}}} p{p}")
+        for q, p in ((0.5, 50), (0.9, 90), (0.99, 99))
+    ]
+    stages = [
+        target(quantile(0.99, f"flightdeck_inference_{stage}_seconds"), f"{{{{model}}}} v{{{{version}}}} {stage} p99")
+        for stage in ("queue", "compute")
+    ]
+    mean_batch = (
+        f"{slot_rate('flightdeck_inference_batch_size_sum')} / {slot_rate('flightdeck_inference_batch_size_count')}"
+    )
+    return [
+        timeseries(
+            "Throughput",
+            [target(slot_rate(REQUESTS, success), SLOT_LEGEND)],
+            "reqps",
+            "Successful requests per second.",
+        ),
+        timeseries("Latency p50 / p90 / p99", latency, "s", "Engine time per request, queue plus compute."),
+        timeseries(
+            "Error, timeout and rejection rates",
+            [target(outcome_ratio(o), f"{SLOT_LEGEND} {o}") for o in ("error", "timeout", "rejected")],
+            "percentunit",
+            "Share of each slot's requests by outcome.",
+        ),
+        timeseries(
+            "Queue depth",
+            [target(f"sum by ({BY_SLOT}) (flightdeck_queue_depth{{{MODEL}}})", SLOT_LEGEND)],
+            "short",
+            "Samples waiting.",
+        ),
+        timeseries("Queue wait and compute p99", stages, "s"),
+        timeseries("Mean batch size", [target(mean_batch, SLOT_LEGEND)], "short", "Samples per executed batch."),
+        batch_heatmap(),
+        timeseries(
+            "Padding waste",
+            [target(f"1 - ({real} / {padded})", SLOT_LEGEND)],
+            "percentunit",
+            "Share of sequence positions that were padding.",
+            min=0,
+            max=1,
+        ),
+        timeseries(
+            "GPU utilisation",
+            [target("flightdeck_gpu_utilization_ratio", "{{instance}} gpu{{gpu}}")],
+            "percentunit",
+            min=0,
+            max=1,
+        ),
+        timeseries(
+            "GPU memory",
+            [
+                target("flightdeck_gpu_memory_used_bytes", "{{instance}} gpu{{gpu}} used"),
+                target("flightdeck_gpu_memory_total_bytes", "{{instance}} gpu{{gpu}} total"),
+            ],
+            "bytes",
+            min=0,
+        ),
+        readiness_panel(),
+        timeseries(
+            "Traffic weights",
+            [target(f"max by (model, slot) (flightdeck_traffic_weight{{{MODEL}}})", "{{model}} {{slot}}")],
+            "percent",
+            "Share of a model's traffic each slot receives.",
+            min=0,
+            max=100,
+        ),
+        loaded_versions_table(),
+    ]
+
+
+def arrange(items: Sequence[dict], width: int = 12, height: int = 8) -> list[dict]:
+    """Give panels ids and grid positions, left to right, wrapping at the grid's width."""
+    placed, x, y = [], 0, 0
+    for panel_id, panel in enumerate(items, start=1):
+        w = panel.get("gridPos", {}).get("w", width)
+        if x + w > GRID_WIDTH:
+            x, y = 0, y + height
+        placed.append({**panel, "id": panel_id, "gridPos": {"h": height, "w": w, "x": x, "y": y}})
+        x += w
+    return placed
+
+
+def model_variable() -> dict:
+    """The `model` template variable: every model Prometheus has seen loaded."""
+    query = "label_values(flightdeck_model_info, model)"
+    return {
+        "name": "model",
+        "label": "Model",
+        "type": "query",
+        "datasource": DATASOURCE,
+        "definition": query,
+        "query": {"query": query, "refId": "PrometheusVariableQueryEditor-VariableQuery", "qryType": 1},
+        "refresh": 2,
+        "includeAll": True,
+        "multi": True,
+        "allValue": ".*",
+        "current": {},
+        "options": [],
+        "regex": "",
+        "sort": 1,
+        "hide": 0,
+        "skipUrlSync": False,
+    }
+
+
+def dashboard() -> dict:
+    """The whole dashboard, ready for Grafana's import."""
+    return {
+        "__inputs": [
+            {
+                "name": "DS_PROMETHEUS",
+                "label": "Prometheus",
+                "description": "The Prometheus that scrapes Flightdeck's /metrics.",
+                "type": "datasource",
+                "pluginId": "prometheus",
+                "pluginName": "Prometheus",
+            }
+        ],
+        "__requires": [
+            {"type": "grafana", "id": "grafana", "name": "Grafana", "version": "10.4.0"},
+            {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"},
+            {"type": "panel", "id": "heatmap", "name": "Heatmap", "version": ""},
+            {"type": "panel", "id": "stat", "name": "Stat", "version": ""},
+            {"type": "panel", "id": "table", "name": "Table", "version": ""},
+            {"type": "panel", "id": "timeseries", "name": "Time series", "version": ""},
+        ],
+        "annotations": {
+            "list": [
+                {
+                    "builtIn": 1,
+                    "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+                    "enable": True,
+                    "hide": True,
+                    "iconColor": "rgba(0, 211, 255, 1)",
+                    "name": "Annotations & Alerts",
+                    "type": "dashboard",
+                }
+            ]
+        },
+        "description": "Flightdeck model serving: traffic, latency, errors, batching and GPUs.",
+        "editable": True,
+        "fiscalYearStartMonth": 0,
+        "graphTooltip": 1,
+        "id": None,
+        "links": [],
+        "panels": arrange(panels()),
+        "refresh": "30s",
+        "schemaVersion": 39,
+        "tags": ["flightdeck", "onnx", "serving"],
+        "templating": {"list": [model_variable()]},
+        "time": {"from": "now-1h", "to": "now"},
+        "timepicker": {},
+        "timezone": "utc",
+        "title": "Flightdeck",
+        "uid": "flightdeck",
+        "version": 1,
+        "weekStart": "",
+    }
+
+
+def render() -> str:
+    """The dashboard as the committed file holds it."""
+    return json.dumps(dashboard(), indent=2) + "\n"
+
+
+def _with_ref_ids(targets: Sequence[dict]) -> list[dict]:
+    return [{**t, "refId": chr(ord("A") + i)} for i, t in enumerate(targets)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Write the dashboard file, or with --check report whether it is up to date."""
+    parser = argparse.ArgumentParser(prog="python -m dashboards.grafana", description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if the file differs from what would be written")
+    parser.add_argument("--output", type=Path, default=OUTPUT)
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check:
+        current = args.output.read_text(encoding="utf-8") if args.output.exists() else ""
+        if current != text:
+            print(f"{args.output} is out of date: run python -m dashboards.grafana", file=sys.stderr)
+            return 1
+        return 0
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(text, encoding="utf-8")
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
