@@ -1,0 +1,52 @@
+"""Smoke tests for the benchmark's helpers (no servers, no timing claims)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from serving import bench
+from serving.codec import decode_request
+from serving.demo_models import demo_manifest
+from serving.tensors import ModelSpec
+
+
+def _spec(name: str) -> ModelSpec:
+    return ModelSpec.from_manifest(demo_manifest(name, "1"))
+
+
+def test_sample_inputs_and_request_body_pass_the_models_own_checks() -> None:
+    for name, expected in (("textcls", (3, 1)), ("mlp", (3, 0))):
+        spec = _spec(name)
+        tensors = bench.sample_inputs(spec, 3, 1 if name == "textcls" else 99)
+        assert spec.check_inputs(tensors) == expected
+        decoded = decode_request(bench.request_body(tensors, spec))
+        for key, array in tensors.items():
+            np.testing.assert_array_equal(decoded.tensors[key], array)
+
+
+def test_text_inputs_use_the_sequence_length_and_a_full_mask() -> None:
+    tensors = bench.sample_inputs(_spec("textcls"), 2, 64)
+    assert tensors["input_ids"].shape == (2, 64) and tensors["input_ids"].dtype == np.int64
+    assert (tensors["attention_mask"] == 1).all() and (tensors["input_ids"] >= 1).all()
+
+
+def test_percentile_ms() -> None:
+    assert bench.percentile_ms([0.001, 0.002, 0.003], 50) == 2.0
+    assert math.isnan(bench.percentile_ms([], 99))
+
+
+def test_closed_loop_counts_statuses_batches_and_window() -> None:
+    statuses = iter([200, 429] * 100_000)
+
+    def call() -> tuple[int, int, float]:
+        status = next(statuses)
+        return status, 4 if status == 200 else 0, 0.001
+
+    w = bench.closed_loop([call, call], warmup_s=0.05, seconds=0.2)
+    row = bench.window_row("fake", w, len(w.latencies) / w.executions)
+    assert set(w.statuses) == {200, 429}
+    assert row.batch == 4.0 and row.errors == w.statuses[429] and row.requests == sum(w.statuses.values())
+    assert row.throughput == w.statuses[200] / 0.2
+    assert row.cpu is not None and len(row.cpu) == 3
