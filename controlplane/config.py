@@ -15,7 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from serving.settings import BatchingSettings, RuntimeSettings
+from serving.settings import BatchingSettings, RuntimeSettings, parallelism
 
 if TYPE_CHECKING:
     from controlplane.history.retention import RetentionPolicy
@@ -45,14 +45,16 @@ class Settings:
     host: str = _setting("127.0.0.1", "Address gunicorn binds.")
     port: int = _setting(8000, "Port gunicorn binds.")
     workers: int = _setting(1, "gunicorn worker processes; each loads its own copy of every model.")
-    threads: int = _setting(64, "Request threads per worker; concurrent requests are what the batcher batches.")
+    threads: int = _setting(
+        0, "Request threads per worker (0: enough to hold every queue full plus running batches, see README)."
+    )
     log_level: str = _setting("INFO", "Python log level.")
     demo_models: bool = _setting(True, "Build the demo models (textcls, mlp) into the store at first start.")
     load_models: str = _setting("", "Comma-separated models to load at start (empty: every model in the store).")
     device: str = _setting("auto", "auto (CUDA when usable), cpu, or cuda.")
     gpu_device_id: int = _setting(0, "CUDA device index.")
     gpu_mem_limit_mb: int = _setting(0, "CUDA provider memory limit per session in MiB (0: no limit).")
-    ort_intra_op_threads: int = _setting(0, "ONNX Runtime intra-op threads (0: one per physical core).")
+    ort_intra_op_threads: int = _setting(0, "ONNX Runtime intra-op threads (0: auto, cores / batch instances on CPU).")
     ort_inter_op_threads: int = _setting(1, "ONNX Runtime inter-op threads.")
     ort_allow_spinning: bool = _setting(False, "Let idle ONNX Runtime threads spin (costs CPU the HTTP threads need).")
     ort_graph_optimization: str = _setting("all", "Graph optimisation level: disable, basic, extended, all.")
@@ -62,11 +64,11 @@ class Settings:
     batching: bool = _setting(True, "Dynamic batching on or off (off: every request runs alone).")
     max_batch_size: int = _setting(32, "Largest batch the batcher forms (a model's own hint can lower it).")
     max_queue_delay_ms: float = _setting(2.0, "Longest a request waits for a batch to fill while the engine is busy.")
-    max_queue_size: int = _setting(256, "Samples queued per loaded version before requests are refused with 429.")
+    max_queue_size: int = _setting(128, "Samples queued per loaded version before requests are refused with 429.")
     default_timeout_ms: float = _setting(
         10_000.0, "Default request deadline; a client's 'timeout' parameter may only shorten it."
     )
-    batch_instances: int = _setting(1, "Executor threads per loaded version.")
+    batch_instances: int = _setting(0, "Executor threads per loaded version (0: auto, min(cores, 4) on CPU, 2 on GPU).")
     warmup_max_sequence: int = _setting(128, "Longest sequence bucket used for warm-up.")
     max_request_bytes: int = _setting(16 * 1024 * 1024, "Largest inference request body; larger ones get 413.")
     drain_grace_s: float = _setting(30.0, "On SIGTERM, how long accepted requests may take to finish.")
@@ -106,6 +108,18 @@ class Settings:
             minute=timedelta(days=self.history_minute_retention_d),
             hour=timedelta(days=self.history_hour_retention_d),
         )
+
+    @property
+    def http_threads(self) -> int:
+        """Return gunicorn's threads per worker: explicit, or room for two models' full queues and batches.
+
+        NOTE: a request waiting for a gunicorn thread is invisible to admission control and to its
+        deadline, so there must be a thread for every request the engine could hold.
+        """
+        if self.threads:
+            return self.threads
+        instances, _ = parallelism(self.runtime, self.batching_settings, on_gpu=self.device == "cuda")
+        return min(1024, 2 * (self.max_queue_size + self.max_batch_size * instances) + 16)
 
     @property
     def runtime(self) -> RuntimeSettings:
@@ -150,10 +164,8 @@ class Settings:
         positive = (
             "port",
             "workers",
-            "threads",
             "max_batch_size",
             "max_queue_size",
-            "batch_instances",
             "max_request_bytes",
         )
         for name in positive:
@@ -173,6 +185,15 @@ class Settings:
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{PREFIX}{name.upper()} must not be negative")
+        for name in ("threads", "batch_instances", "ort_intra_op_threads"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{PREFIX}{name.upper()} must be 0 (auto) or more")
+        if self.threads and self.threads < self.max_queue_size + self.max_batch_size:
+            raise ConfigError(
+                f"{PREFIX}THREADS={self.threads} cannot hold a full queue ({PREFIX}MAX_QUEUE_SIZE={self.max_queue_size}) "
+                f"plus a running batch ({PREFIX}MAX_BATCH_SIZE={self.max_batch_size}): the excess would wait inside "
+                "gunicorn, past admission control and deadlines. Raise THREADS, lower MAX_QUEUE_SIZE, or use 0 (auto)."
+            )
         if not 0.0 <= self.log_sample_rate <= 1.0:
             raise ConfigError(f"{PREFIX}LOG_SAMPLE_RATE must be between 0 and 1")
         if self.env == "production" and self.secret_key == DEV_SECRET:

@@ -13,7 +13,7 @@ import uuid
 from flask import Blueprint, Response, current_app, g, json, request
 
 from controlplane import metrics
-from controlplane.requestlog import input_hash, log_request
+from controlplane.requestlog import log_request
 from serving.codec import HEADER_LENGTH, decode_request, encode_response, select_outputs
 from serving.engine import Engine, LoadedVersion
 from serving.errors import InvalidInput, ModelNotFound, Overloaded, PayloadTooLarge, ServingError
@@ -150,12 +150,14 @@ def infer(name: str, version: str | None = None) -> Response:
     request_id = g.request_id
     record: dict = {"request_id": request_id, "model": name, "version": version}
     status = 500
+    tensors = None
     try:
+        _engine().check_admission(name)  # before decoding: refusing the excess must be cheap
         body = _read_body(settings.max_request_bytes)
         decoded = decode_request(body, _header_length())
         timeout_us = decoded.timeout_us
         decode_ms = (time.perf_counter() - started) * 1000
-        record["input_hash"] = input_hash(decoded.tensors)
+        tensors = decoded.tensors
         routed = _engine().infer(
             name,
             decoded.tensors,
@@ -195,6 +197,7 @@ def infer(name: str, version: str | None = None) -> Response:
             total_ms=(time.perf_counter() - started) * 1000,
             sample_rate=settings.log_sample_rate,
             slow_ms=settings.slow_request_ms,
+            tensors=tensors,
         )
 
 

@@ -31,9 +31,19 @@ def sampled(request_id: str, rate: float) -> bool:
     return point < rate
 
 
-def log_request(record: dict[str, Any], *, status: int, total_ms: float, sample_rate: float, slow_ms: float) -> None:
-    """Emit the request's line if it failed, was slow, or falls in the sample."""
+def log_request(
+    record: dict[str, Any],
+    *,
+    status: int,
+    total_ms: float,
+    sample_rate: float,
+    slow_ms: float,
+    tensors: dict[str, np.ndarray] | None = None,
+) -> None:
+    """Emit the request's line if it failed, was slow, or falls in the sample (hashing inputs only then)."""
     if status < 400 and total_ms < slow_ms and not sampled(record["request_id"], sample_rate):
         return
+    if tensors is not None:
+        record = {**record, "input_hash": input_hash(tensors)}
     level = logging.WARNING if status >= 500 or total_ms >= slow_ms else logging.INFO
     log.log(level, json.dumps({**record, "status": status, "total_ms": round(total_ms, 3)}, separators=(",", ":")))

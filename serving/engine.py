@@ -12,15 +12,15 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from serving.batching import Batcher, BatchObserver
-from serving.errors import InvalidInput, ModelNotFound, Unavailable
-from serving.runtime import Session, check_spec_matches, load_session, warmup_inputs
-from serving.settings import BatchingSettings, RuntimeSettings
+from serving.errors import InvalidInput, ModelNotFound, Overloaded, Unavailable
+from serving.runtime import CPU, Session, check_spec_matches, load_session, requested_providers, warmup_inputs
+from serving.settings import BatchingSettings, RuntimeSettings, parallelism
 from serving.tensors import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,9 @@ class Engine:
         if slot not in SLOTS:
             raise ValueError(f"slot must be one of {SLOTS}, not {slot!r}")
         spec = ModelSpec.from_manifest(read_manifest(version_dir))
-        session = load_session(version_dir / "model.onnx", self.runtime)
+        on_gpu = requested_providers(self.runtime)[0] != CPU
+        instances, threads = parallelism(self.runtime, self.batching, on_gpu)
+        session = load_session(version_dir / "model.onnx", replace(self.runtime, intra_op_threads=threads))
         check_spec_matches(spec, session.session)
         b = self.batching
         max_batch = min(b.max_batch_size, spec.max_batch_size)
@@ -112,7 +114,7 @@ class Engine:
             max_queue_delay_s=b.max_queue_delay_ms / 1000 if b.enabled else 0.0,
             max_queue_size=b.max_queue_size,
             combine=b.enabled,
-            instances=b.instances,
+            instances=instances,
             observer=observer,
             name=f"{spec.name}-{slot}",
         )
@@ -220,6 +222,20 @@ class Engine:
                 raise Unavailable(f"model '{name}' has no slot taking traffic", retry_after=1)
             return model.slots[self._pick(live, route_key)]
 
+    def check_admission(self, name: str) -> None:
+        """Refuse at once (Overloaded) when every live slot of a model has a full queue.
+
+        Called before decoding a request, so refusing the excess under overload costs almost nothing.
+        """
+        with self._lock:
+            model = self._models.get(name)
+            live = [model.slots[slot].batcher for slot, _ in self._live(model)] if model else []
+        if live and all(b.queue_depth >= b.max_queue_size for b in live):
+            raise Overloaded(
+                f"every queue of '{name}' is full ({live[0].queue_depth} of {live[0].max_queue_size} samples waiting)",
+                retry_after=1,
+            )
+
     def infer(
         self,
         name: str,
@@ -280,3 +296,39 @@ class Engine:
             if point < 0:
                 return slot
         return live[-1][0]
+
+    def compact_memory(self) -> dict:
+        """Shrink every loaded session's ONNX Runtime arenas, give free heap pages back, and report.
+
+        Each session runs one smallest sample with arena shrinkage on (its CPU arena, and its GPU
+        arena on CUDA), with its other runs held back meanwhile; then glibc's free pages go back to the
+        OS (malloc_trim). Returns the process's memory before and after, per GPU the device memory
+        NVML reports before and after, and per session what was shrunk.
+        """
+        from serving.memory import heap_stats, trim_heap
+        from serving.telemetry import sample_gpus
+
+        def reading() -> dict:
+            heap = heap_stats()
+            return {
+                "heap": heap.as_dict() if heap is not None else None,
+                "gpus": {g.index: g.memory_used_bytes for g in sample_gpus()},
+            }
+
+        started = time.perf_counter()
+        before = reading()
+        sessions = []
+        for loaded in self.loaded():
+            spec = loaded.spec
+            sample = warmup_inputs(spec, 1, spec.sequence_buckets[0] if spec.sequence_buckets else 1)[0]
+            report = loaded.session.shrink_arena(sample)
+            sessions.append({"model": spec.name, "version": spec.version, "slot": loaded.slot, **report})
+        trimmed = trim_heap()
+        after = reading()
+        return {
+            "before": before,
+            "after": after,
+            "sessions": sessions,
+            "heap_trimmed": trimmed,
+            "seconds": round(time.perf_counter() - started, 4),
+        }

@@ -76,3 +76,11 @@ def test_readme_documents_every_setting() -> None:
         name = line.split("`")[1]
         assert f"`{name}`" in readme, f"{name} is missing from the README's settings table"
     assert len(settings_table().splitlines()) == len(Settings.__dataclass_fields__) + 2
+
+
+def test_threads_must_hold_every_request_the_engine_could_admit() -> None:
+    with pytest.raises(ConfigError, match="FLIGHTDECK_THREADS=64 cannot hold a full queue"):
+        load_settings(environ={"FLIGHTDECK_THREADS": "64", "FLIGHTDECK_MAX_QUEUE_SIZE": "256"})
+    auto = load_settings(environ={"FLIGHTDECK_MAX_QUEUE_SIZE": "100", "FLIGHTDECK_BATCH_INSTANCES": "2"})
+    assert auto.http_threads == 2 * (100 + 32 * 2) + 16
+    assert load_settings(environ={"FLIGHTDECK_THREADS": "300"}).http_threads == 300

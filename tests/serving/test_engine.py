@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -12,7 +13,7 @@ import onnxruntime as ort
 import pytest
 
 from serving.engine import Engine
-from serving.errors import InvalidInput, ModelNotFound, Unavailable
+from serving.errors import InvalidInput, ModelNotFound, Overloaded, Unavailable
 from serving.runtime import CPU, CUDA, requested_providers
 from serving.settings import BatchingSettings, RuntimeSettings
 
@@ -173,3 +174,36 @@ def test_drain_refuses_new_work_and_turns_unready(engine: Engine, demo_store: Pa
     with pytest.raises(Unavailable, match="draining"):
         engine.infer("mlp", mlp_input())
     assert engine.drain(5)
+
+
+def test_auto_parallelism_gives_each_cpu_core_its_own_executor() -> None:
+    from serving.settings import parallelism
+
+    cores = os.cpu_count() or 1
+    assert parallelism(RuntimeSettings(), BatchingSettings(), on_gpu=False) == (
+        min(cores, 4),
+        max(1, cores // min(cores, 4)),
+    )
+    assert parallelism(RuntimeSettings(intra_op_threads=3), BatchingSettings(instances=1), on_gpu=False) == (1, 3)
+    assert parallelism(RuntimeSettings(), BatchingSettings(), on_gpu=True) == (2, 0)
+
+
+def test_admission_check_refuses_before_any_work_when_every_queue_is_full(demo_store: Path) -> None:
+    from tests.fakes import Gated
+
+    engine = Engine(batching=BatchingSettings(max_queue_size=2, instances=1))
+    loaded = engine.load(demo_store / "mlp" / "1")
+    gate = Gated(lambda inputs: loaded.session.run(inputs))
+    loaded.batcher._run = gate  # hold the executor inside the model so the queue can fill
+    engine.check_admission("mlp")  # empty: admitted
+    first = loaded.batcher.submit(mlp_input(), 1, 0, 30)
+    assert gate.started.wait(5)
+    queued = [loaded.batcher.submit(mlp_input(i), 1, 0, 30) for i in range(2)]
+    with pytest.raises(Overloaded, match="every queue of 'mlp' is full") as refused:
+        engine.check_admission("mlp")
+    assert refused.value.status == 429
+    engine.check_admission("unknown-model")  # unknown models are left to the 404 path
+    gate.gate.set()
+    for pending in [first, *queued]:
+        assert loaded.batcher.result(pending)["probabilities"].shape == (1, 10)
+    engine.drain(5)
