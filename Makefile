@@ -28,6 +28,7 @@ test: install
 
 bench: install
 	$(PY) -m serving.bench
+	$(PY) -m controlplane.history.overhead
 
 lint: install
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .
