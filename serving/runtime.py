@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
+from serving.memory import ArenaLedger, shape_key
 from serving.settings import RuntimeSettings
 from serving.tensors import ModelSpec, TensorSpec, datatype_from_ort
 
@@ -62,18 +64,102 @@ def session_options(settings: RuntimeSettings) -> ort.SessionOptions:
     return options
 
 
+# ONNX Runtime run option that shrinks the listed arenas at the end of that run ("cpu:0;gpu:1").
+ARENA_SHRINK_KEY = "memory.enable_memory_arena_shrinkage"
+
+
 @dataclass
 class Session:
-    """A loaded ONNX Runtime session and the provider it really runs on."""
+    """A loaded ONNX Runtime session and the provider it really runs on.
+
+    `run` is called from several batcher executor threads at once; `shrink_arena` waits for the
+    runs in flight, holds new ones back for its one small run, and lets them go again.
+    """
 
     session: ort.InferenceSession
     provider: str
     output_names: list[str]
+    ledger: ArenaLedger = field(default_factory=ArenaLedger, repr=False, compare=False)
+    _gate: threading.Condition = field(
+        default_factory=lambda: threading.Condition(threading.Lock()), init=False, repr=False, compare=False
+    )
+    _running: int = field(default=0, init=False, repr=False, compare=False)
+    _shrinking: bool = field(default=False, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Without a CPU arena every run's memory goes back to glibc at its end: nothing to watch.
+        self.ledger.enabled = self.ledger.enabled and self.session.get_session_options().enable_cpu_mem_arena
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run one batch and return outputs by name."""
-        values = self.session.run(self.output_names, inputs)
+        with self._gate:
+            while self._shrinking:
+                self._gate.wait()
+            self._running += 1
+        try:
+            values = self.ledger.run(shape_key(inputs), lambda: self.session.run(self.output_names, inputs))
+        finally:
+            with self._gate:
+                self._running -= 1
+                self._gate.notify_all()
         return dict(zip(self.output_names, values))
+
+    def arena_devices(self) -> list[str]:
+        """Return the arenas this session can shrink, in ONNX Runtime's "device:id" form."""
+        devices = []
+        # Asking to shrink an arena the session does not have fails the whole run.
+        if self.session.get_session_options().enable_cpu_mem_arena:
+            devices.append("cpu:0")
+        if self.provider == CUDA:
+            options = self.session.get_provider_options().get(CUDA, {})
+            devices.append(f"gpu:{int(options.get('device_id', 0))}")
+        return devices
+
+    def shrink_arena(self, sample: dict[str, np.ndarray]) -> dict:
+        """Run `sample` once with arena shrinkage on, alone, so ONNX Runtime frees every idle arena region.
+
+        Returns the arenas asked for and shrunk, errors by request, and the change in glibc's live bytes
+        across the CPU shrink (negative: bytes the arena gave back to the heap).
+        """
+        devices = self.arena_devices()
+        report: dict = {"provider": self.provider, "devices": devices, "shrunk": [], "errors": {}}
+        report["heap_live_change_bytes"] = 0
+        if not devices:
+            return report
+        with self._gate:
+            while self._shrinking:
+                self._gate.wait()
+            self._shrinking = True
+            while self._running:
+                self._gate.wait()
+        try:
+            # All arenas in one run; where ONNX Runtime refuses the list (one of them is no arena), each alone.
+            attempts = [devices] + ([[d] for d in devices] if len(devices) > 1 else [])
+            for group in attempts:
+                if set(group) <= set(report["shrunk"]):
+                    continue
+                options = ort.RunOptions()
+                options.add_run_config_entry(ARENA_SHRINK_KEY, ";".join(group))
+
+                def shrinking_run(o: ort.RunOptions = options) -> list:
+                    return self.session.run(self.output_names, sample, o)
+
+                try:
+                    if "cpu:0" in group:
+                        _, change = self.ledger.shrink(shrinking_run)
+                    else:
+                        shrinking_run()
+                        change = 0
+                except Exception as exc:  # ONNX Runtime raises its own exception types
+                    report["errors"][";".join(group)] = str(exc)
+                    continue
+                report["heap_live_change_bytes"] += change
+                report["shrunk"] += [d for d in group if d not in report["shrunk"]]
+        finally:
+            with self._gate:
+                self._shrinking = False
+                self._gate.notify_all()
+        return report
 
 
 def load_session(path: Path, settings: RuntimeSettings) -> Session:
