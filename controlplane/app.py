@@ -8,7 +8,7 @@ from typing import Any
 
 from flask import Flask, Response, g
 
-from controlplane import dashboards_view, db, errors, inference_api, ops_api
+from controlplane import dashboards_view, db, errors, inference_api, openapi, ops_api
 from controlplane.config import Settings, load_settings
 from controlplane.history import api as history_api
 from controlplane.logconfig import configure_logging
@@ -28,6 +28,7 @@ def create_app(config: Mapping[str, Any] | None = None, services: Services | Non
     app.register_blueprint(ops_api.bp)
     app.register_blueprint(history_api.bp)
     app.register_blueprint(dashboards_view.bp)
+    app.register_blueprint(openapi.bp)
 
     @app.before_request
     def _request_id() -> None:
