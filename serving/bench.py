@@ -39,7 +39,7 @@ from serving.demo_models import DEMO_MODELS, write_demo_models
 from serving.engine import Engine, read_manifest
 from serving.errors import ServingError
 from serving.runtime import Session, load_session
-from serving.settings import RuntimeSettings
+from serving.settings import BatchingSettings, RuntimeSettings, parallelism
 from serving.tensors import ModelSpec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -239,6 +239,7 @@ class RawRuns:
     """Raw ONNX Runtime (default RuntimeSettings, one caller) for one model: a sweep, and references on demand."""
 
     def __init__(self, version_dir: Path, spec: ModelSpec, seq_len: int, seconds: float) -> None:
+        self.version_dir = version_dir
         self.session = load_session(version_dir / "model.onnx", RuntimeSettings())
         self.spec, self.seq_len, self.seconds = spec, seq_len, seconds
         self.sweep = {r.batch: r for r in bench_raw(self.session, spec, list(RAW_BATCHES), seq_len, seconds)}
@@ -247,6 +248,12 @@ class RawRuns:
         """Measure now at round(batch), clamped to 1..32."""
         b = 1 if math.isnan(batch) else max(1, min(RAW_BATCHES[-1], round(batch)))
         return bench_raw(self.session, self.spec, [b], self.seq_len, self.seconds)[0]
+
+    def same_settings_b1(self) -> tuple[int, Row]:
+        """Measure raw batch 1 with the intra-op threads the engine gives each executor by default."""
+        _, threads = parallelism(RuntimeSettings(), BatchingSettings(), on_gpu=False)
+        session = load_session(self.version_dir / "model.onnx", RuntimeSettings(intra_op_threads=threads))
+        return threads, bench_raw(session, self.spec, [1], self.seq_len, self.seconds)[0]
 
     def compare(self, row: Row) -> Row:
         """Measure raw ORT at the batch size `row` formed, now (the machine's speed drifts), and set row.vs_raw."""
@@ -458,6 +465,10 @@ def check_targets(rows: dict[str, Row], raw: RawRuns, overload: tuple[Row, dict]
     h1 = rows["http c=1 batched"]
     r1 = h1.ref.p50_ms if h1.ref else raw.sweep[1].p50_ms
     checks.append(("HTTP c=1 p50 within 1.5 ms of raw b=1", h1.p50_ms - r1 <= 1.5, f"{h1.p50_ms:.2f} vs {r1:.2f} ms"))
+    # The server's sessions run with fewer intra-op threads than raw's default (see serving.settings.parallelism).
+    threads, same = raw.same_settings_b1()
+    checks.append((f"HTTP c=1 p50 within 1.5 ms of raw b=1 on the server's session settings ({threads} thread(s))",
+                   h1.p50_ms - same.p50_ms <= 1.5, f"{h1.p50_ms:.2f} vs {same.p50_ms:.2f} ms"))  # fmt: skip
     if overload is not None:
         row, rss = overload
         deadline = float(OVERLOAD_ENV["FLIGHTDECK_DEFAULT_TIMEOUT_MS"])

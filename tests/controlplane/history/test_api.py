@@ -67,3 +67,16 @@ def test_cli_prints_the_summary(app, client, home, monkeypatch) -> None:
     assert line.split()[:4] == ["mlp", "1", "blue", "4"]
     bad = CliRunner().invoke(cli, ["history", "--since", "soon"])
     assert bad.exit_code != 0 and "'since' must be" in bad.output
+
+
+def test_dashboard_figures_are_drawn_from_recorded_rows(app, client) -> None:
+    for _ in range(6):
+        client.post("/v2/models/mlp/infer", json=BODY)
+    app.extensions["flightdeck"].sampler.sample()
+    response = client.get("/api/dashboards/figures?model=mlp&range=15m")
+    assert response.status_code == 200
+    figures = {f["id"]: f for f in response.get_json()["figures"]}
+    latency_traces = figures["latency"]["data"]
+    assert latency_traces and all("mlp v1 (blue)" in t["name"] for t in latency_traces)
+    assert any(y is not None for t in latency_traces for y in t["y"])
+    assert sum(b for t in figures["batch"]["data"] for b in t["y"]) == 6  # six batches of one
