@@ -1,60 +1,13 @@
-"""ORM models. Alembic owns the schema; these declarations must match its head revision."""
+"""History rows: what each slot did per interval, and device memory readings."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any
+from datetime import datetime
 
-from sqlalchemy import JSON, BigInteger, DateTime, Dialect, Index, MetaData, String
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy import JSON, BigInteger, Index, String
+from sqlalchemy.orm import Mapped, mapped_column
 
-NAMING_CONVENTION = {
-    "ix": "ix_%(column_0_label)s",
-    "uq": "uq_%(table_name)s_%(column_0_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-
-class UtcDateTime(TypeDecorator[datetime]):
-    """An aware datetime stored in UTC everywhere.
-
-    SQLite keeps no offset and compares timestamps as text, so values are converted to UTC before
-    they are stored or compared, and come back marked as UTC; PostgreSQL gets timestamptz.
-    """
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: Any, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given where an aware one is needed")
-        return value.astimezone(UTC)
-
-    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING_CONVENTION)
-    type_annotation_map = {datetime: UtcDateTime()}
-
-
-class Lease(Base):
-    """A named, expiring lock: the holder of 'scheduler' runs cluster-wide jobs."""
-
-    __tablename__ = "leases"
-
-    name: Mapped[str] = mapped_column(String(64), primary_key=True)
-    holder: Mapped[str] = mapped_column(String(128))
-    expires_at: Mapped[datetime]
-    acquired_at: Mapped[datetime]
+from controlplane.models import Base
 
 
 class SlotSample(Base):
