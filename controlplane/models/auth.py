@@ -1,0 +1,57 @@
+"""Accounts and the audit trail: users, their API tokens, and one event per mutating action."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import JSON, ForeignKey, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from controlplane.models import Base
+
+
+class User(Base):
+    """A person (or a service account) who logs in; role is a controlplane.auth.Role value."""
+
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    password_hash: Mapped[str] = mapped_column(String(256))  # werkzeug's scrypt form, never the password
+    role: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime]
+    disabled: Mapped[bool] = mapped_column(default=False)
+
+
+class ApiToken(Base):
+    """A bearer token for scripts: only the SHA-256 of its secret is kept; its role never exceeds its user's."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)  # sha256 hex of the secret
+    prefix: Mapped[str] = mapped_column(String(8))  # the secret's first characters, for people to recognise it
+    role: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime | None]
+    revoked_at: Mapped[datetime | None]
+    last_used_at: Mapped[datetime | None]
+
+
+class AuditEvent(Base):
+    """Who did what, when, from where, and how it ended ('ok', 'denied' or 'error'); detail holds no secrets."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    ts: Mapped[datetime] = mapped_column(index=True)
+    actor: Mapped[str] = mapped_column(String(128))
+    actor_kind: Mapped[str] = mapped_column(String(16))  # user, token, system or cli
+    action: Mapped[str] = mapped_column(String(64))  # e.g. model.push, deploy.start, token.create, auth.login
+    target: Mapped[str] = mapped_column(String(256), default="")
+    outcome: Mapped[str] = mapped_column(String(16))
+    detail: Mapped[dict] = mapped_column(JSON, default=dict)
+    address: Mapped[str | None] = mapped_column(String(64))
+    request_id: Mapped[str | None] = mapped_column(String(128))
