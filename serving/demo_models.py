@@ -207,8 +207,69 @@ def build_model(name: str, version: str) -> onnx.ModelProto:
     return builders[name](int(version))
 
 
-def demo_manifest(name: str, version: str) -> dict:
-    """Return the serving manifest for demo model `name` at `version`."""
+# Golden samples per (name, version), as JSON text so every caller gets its own copy.
+_GOLDEN: dict[tuple[str, str], str] = {}
+
+
+def _golden_inputs(name: str, version: str) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(_seed(name, int(version)) + 1)
+    if name == "textcls":
+        # One short sequence alone, then two right-padded to the same length (the mask matters).
+        samples = []
+        for lengths in ((6,), (8, 5)):
+            width = max(lengths)
+            ids = np.zeros((len(lengths), width), dtype=np.int64)
+            mask = np.zeros((len(lengths), width), dtype=np.int64)
+            for row, length in enumerate(lengths):
+                ids[row, :length] = rng.integers(1, _VOCAB, size=length)
+                mask[row, :length] = 1
+            samples.append({"input_ids": ids, "attention_mask": mask})
+        return samples
+    # Multiples of 1/8 are exact in FP32 and short in JSON.
+    return [{"input": (rng.integers(-16, 17, size=(batch, _MLP_IN)) / 8).astype(np.float32)} for batch in (1, 3)]
+
+
+def golden_samples(name: str, version: str, model: onnx.ModelProto | None = None) -> list[dict]:
+    """Return the demo model's golden samples: fixed inputs and the outputs ONNX Runtime gives on the CPU."""
+    key = (name, version)
+    if key not in _GOLDEN:
+        import onnxruntime as ort
+
+        from serving.golden import encode_tensor
+
+        model = model or build_model(name, version)
+        options = ort.SessionOptions()
+        # NOTE: one thread, on the caller's: this may run in gunicorn's master, which forks afterwards.
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        names = [o.name for o in session.get_outputs()]
+        samples = []
+        for inputs in _golden_inputs(name, version):
+            outputs = dict(zip(names, session.run(names, inputs)))
+            samples.append(
+                {
+                    "inputs": {n: encode_tensor(a) for n, a in inputs.items()},
+                    "outputs": {n: encode_tensor(a) for n, a in outputs.items()},
+                    "atol": 1e-4,
+                    "rtol": 1e-3,
+                }
+            )
+        _GOLDEN[key] = json.dumps(samples)
+    return json.loads(_GOLDEN[key])
+
+
+def demo_manifest(name: str, version: str, model: onnx.ModelProto | None = None) -> dict:
+    """Return the serving manifest for demo model `name` at `version`, golden samples included.
+
+    The golden outputs come from running the model, built here unless `model` is given.
+    """
+    if name not in DEMO_MODELS:
+        raise ValueError(f"unknown demo model {name!r}; expected one of {DEMO_MODELS}")
+    return {**_signature(name, version), "golden": golden_samples(name, version, model)}
+
+
+def _signature(name: str, version: str) -> dict:
     if name == "textcls":
         seq_input = {"datatype": "INT64", "shape": [-1, -1], "sequence_axis": 1, "pad_value": 0}
         return {
@@ -268,6 +329,6 @@ def write_demo_models(store_dir: pathlib.Path) -> list[pathlib.Path]:
             vdir.mkdir(parents=True, exist_ok=True)
             # Model first, manifest last: a manifest only appears next to a complete model.
             _atomic_write(model_path, model.SerializeToString())
-            manifest = json.dumps(demo_manifest(name, version), indent=2, sort_keys=True)
+            manifest = json.dumps(demo_manifest(name, version, model), indent=2, sort_keys=True)
             _atomic_write(manifest_path, manifest.encode())
     return version_dirs

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -12,6 +14,7 @@ import onnxruntime as ort
 import pytest
 
 from serving import demo_models as dm
+from serving.golden import check_golden
 
 _ORT_TYPES = {"INT64": "tensor(int64)", "FP32": "tensor(float)"}
 
@@ -95,7 +98,7 @@ def test_session_signature_matches_manifest(
 
 def test_manifest_shape() -> None:
     text = dm.demo_manifest("textcls", "2")
-    assert set(text) == {"name", "version", "platform", "inputs", "outputs", "batching", "metadata"}
+    assert set(text) == {"name", "version", "platform", "inputs", "outputs", "batching", "metadata", "golden"}
     assert (text["name"], text["version"], text["platform"]) == ("textcls", "2", "onnxruntime_onnx")
     assert all(i["sequence_axis"] == 1 and i["pad_value"] == 0 for i in text["inputs"])
     assert text["batching"] == {"max_batch_size": 32, "sequence_buckets": [16, 32, 64, 128, 256, 512]}
@@ -106,6 +109,32 @@ def test_manifest_shape() -> None:
     assert mlp["outputs"] == [{"name": "probabilities", "datatype": "FP32", "shape": [-1, 10]}]
     assert mlp["batching"] == {"max_batch_size": 64}
     assert mlp["metadata"]["description"]
+
+
+@pytest.mark.parametrize("name", dm.DEMO_MODELS)
+@pytest.mark.parametrize("version", dm.DEMO_VERSIONS)
+def test_golden_samples_pass_on_the_model_and_fail_on_the_other_version(
+    name: str, version: str, sessions: dict[tuple[str, str], ort.InferenceSession]
+) -> None:
+    manifest = dm.demo_manifest(name, version)
+    golden = manifest["golden"]
+    assert len(golden) == 2 and all(s["atol"] == 1e-4 and s["rtol"] == 1e-3 for s in golden)
+    assert {n for s in golden for n in s["inputs"]} == {i["name"] for i in manifest["inputs"]}
+    assert len(json.dumps(golden)) < 8000, "golden samples keep the manifest small"
+
+    def runner(session: ort.InferenceSession):
+        return lambda feed: dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+
+    assert check_golden(manifest, runner(sessions[(name, version)])) == []
+    other = "2" if version == "1" else "1"
+    failures = check_golden(manifest, runner(sessions[(name, other)]))
+    assert len(failures) == 2 and all("differs" in f for f in failures)
+
+
+def test_golden_samples_are_the_same_in_another_process() -> None:
+    code = "import json; from serving import demo_models as dm; print(json.dumps(dm.demo_manifest('mlp', '1')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
+    assert json.loads(out)["golden"] == dm.demo_manifest("mlp", "1")["golden"]
 
 
 @pytest.mark.parametrize("version", dm.DEMO_VERSIONS)

@@ -1,0 +1,361 @@
+"""What must hold inside a model archive: a well-formed manifest, and an ONNX model that loads and agrees with it.
+
+`validate_manifest` checks the manifest's structure; `check_model` runs the ONNX checker, confines
+external data to the archive, loads the model in ONNX Runtime on the CPU, compares the graph with
+the declared signature and runs the golden samples. Each failure is an InvalidArchive naming why.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from controlplane.registry.errors import InvalidArchive
+from serving.golden import check_golden, decode_tensor
+from serving.runtime import check_spec_matches, load_session, spec_from_session
+from serving.settings import RuntimeSettings
+from serving.tensors import DATATYPES, ModelSpec
+
+MODEL_FILE = "model.onnx"
+MANIFEST_FILE = "manifest.json"
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+PLATFORM = "onnxruntime_onnx"
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024
+MAX_GOLDEN_SAMPLES = 32
+MAX_DIM = 2**31 - 1
+
+_KEYS = {"name", "version", "platform", "inputs", "outputs", "batching", "golden", "metadata", "description"}
+_REQUIRED = ("name", "version", "inputs", "outputs")
+_TENSOR_KEYS = {"name", "datatype", "shape", "sequence_axis", "pad_value"}
+_SAMPLE_KEYS = {"inputs", "outputs", "atol", "rtol"}
+_DATATYPE_OF = {dtype: name for name, dtype in DATATYPES.items()}
+
+
+def _fail(message: str) -> InvalidArchive:
+    return InvalidArchive(f"manifest.json: {message}")
+
+
+def _reason(exc: Exception, folder: Path) -> str:
+    # One line, without the server's temporary paths, and not a whole graph dump.
+    text = " ".join(str(exc).replace(f"{folder}/", "").replace(str(folder), ".").split())
+    return text if len(text) <= 500 else text[:500] + "..."
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """Read and validate the manifest of an unpacked archive."""
+    path = folder / MANIFEST_FILE
+    if path.stat().st_size > MAX_MANIFEST_BYTES:
+        raise _fail(f"is over {MAX_MANIFEST_BYTES} bytes")
+    try:
+        data = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _fail(f"is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise _fail("is nested too deeply") from None
+    return validate_manifest(data)
+
+
+def validate_manifest(data: Any) -> dict[str, Any]:
+    """Check a manifest's structure and return it; raise InvalidArchive naming the first problem."""
+    if not isinstance(data, dict):
+        raise _fail("must be a JSON object")
+    missing = [key for key in _REQUIRED if key not in data]
+    if missing:
+        raise _fail(f"is missing required key(s) {missing}")
+    unknown = sorted(set(data) - _KEYS)
+    if unknown:
+        raise _fail(f"has unknown key(s) {unknown}; allowed: {sorted(_KEYS)} (free-form data goes in 'metadata')")
+    for key, pattern in (("name", NAME_RE), ("version", VERSION_RE)):
+        if not isinstance(data[key], str) or not pattern.match(data[key]):
+            raise _fail(f"{key} {data[key]!r} must be a string matching {pattern.pattern}")
+    if data.get("platform", PLATFORM) != PLATFORM:
+        raise _fail(f"platform must be {PLATFORM!r}, not {data['platform']!r}")
+    if not isinstance(data.get("metadata", {}), dict):
+        raise _fail("metadata must be a JSON object")
+    if not isinstance(data.get("description", ""), str):
+        raise _fail("description must be a string")
+    max_batch, buckets = _check_batching(data.get("batching", {}))
+    inputs = _check_tensors(data["inputs"], "input")
+    outputs = _check_tensors(data["outputs"], "output")
+    for kind, tensors in (("input", inputs), ("output", outputs)):
+        for t in tensors:
+            if t["shape"][0] != -1 and not (t["shape"][0] == 1 and max_batch == 1):
+                raise _fail(
+                    f"{kind} '{t['name']}' must have a dynamic batch axis (-1 at axis 0), or 1 with "
+                    f"batching.max_batch_size 1; got shape {t['shape']}"
+                )
+    if buckets and not any("sequence_axis" in t for t in inputs):
+        raise _fail("batching.sequence_buckets is set but no input has a sequence_axis")
+    _check_golden(data.get("golden", []), inputs, outputs, max_batch)
+    return data
+
+
+def _check_batching(batching: Any) -> tuple[int, list[int]]:
+    if not isinstance(batching, dict) or set(batching) - {"max_batch_size", "sequence_buckets"}:
+        raise _fail("batching must be an object with max_batch_size and/or sequence_buckets")
+    max_batch = batching.get("max_batch_size", 32)
+    if not _is_int(max_batch) or not 1 <= max_batch <= 65536:
+        raise _fail(f"batching.max_batch_size must be an integer from 1 to 65536, not {max_batch!r}")
+    buckets = batching.get("sequence_buckets", [])
+    if (
+        not isinstance(buckets, list)
+        or not all(_is_int(b) and b >= 1 for b in buckets)
+        or any(a >= b for a, b in zip(buckets, buckets[1:]))
+    ):
+        raise _fail(f"batching.sequence_buckets must be increasing positive integers, not {buckets!r}")
+    return max_batch, buckets
+
+
+def _check_tensors(entries: Any, kind: str) -> list[dict[str, Any]]:
+    if not isinstance(entries, list) or not entries:
+        raise _fail(f"{kind}s must be a non-empty list")
+    seen: set[str] = set()
+    for entry in entries:
+        if not isinstance(entry, dict) or set(entry) - _TENSOR_KEYS or not {"name", "datatype", "shape"} <= set(entry):
+            raise _fail(
+                f"each of {kind}s must be an object with name, datatype, shape (and optionally "
+                f"sequence_axis, pad_value); got {entry!r:.200}"
+            )
+        name = entry["name"]
+        if not isinstance(name, str) or not name or len(name) > 256:
+            raise _fail(f"{kind} name {name!r:.100} must be a non-empty string")
+        if name in seen:
+            raise _fail(f"{kind} '{name}' is declared twice")
+        seen.add(name)
+        if not isinstance(entry["datatype"], str) or entry["datatype"] not in DATATYPES:
+            raise _fail(f"{kind} '{name}' has datatype {entry['datatype']!r}; known: {sorted(DATATYPES)}")
+        shape = entry["shape"]
+        if (
+            not isinstance(shape, list)
+            or not shape
+            or not all(_is_int(d) and (d == -1 or 1 <= d <= MAX_DIM) for d in shape)
+        ):
+            raise _fail(
+                f"{kind} '{name}' shape must be a non-empty list of positive integers, -1 for a dynamic axis; got {shape!r}"
+            )
+        _check_sequence(entry, kind)
+    return entries
+
+
+def _check_sequence(entry: dict[str, Any], kind: str) -> None:
+    name, shape = entry["name"], entry["shape"]
+    axis = entry.get("sequence_axis")
+    if axis is None:
+        if "pad_value" in entry:
+            raise _fail(f"{kind} '{name}' has a pad_value but no sequence_axis")
+        return
+    if not _is_int(axis) or not 1 <= axis < len(shape):
+        raise _fail(f"{kind} '{name}' sequence_axis must be an axis from 1 to {len(shape) - 1}, not {axis!r}")
+    if shape[axis] != -1:
+        raise _fail(f"{kind} '{name}' sequence_axis {axis} must be a dynamic axis (-1), not {shape[axis]}")
+    if kind == "output":
+        if "pad_value" in entry:
+            raise _fail(f"output '{name}' may not have a pad_value (outputs are trimmed, not padded)")
+        return
+    pad = entry.get("pad_value", 0)
+    dtype = DATATYPES[entry["datatype"]]
+    if not _is_number(pad) and not (dtype.kind == "b" and isinstance(pad, bool)):
+        raise _fail(f"input '{name}' pad_value must be a number, not {pad!r}")
+    if dtype.kind in "iu" and (not float(pad).is_integer() or not np.iinfo(dtype).min <= pad <= np.iinfo(dtype).max):
+        raise _fail(f"input '{name}' pad_value {pad!r} is not a valid {entry['datatype']} value")
+    if dtype.kind == "b" and pad not in (0, 1):
+        raise _fail(f"input '{name}' pad_value {pad!r} is not a valid BOOL value")
+
+
+def _check_golden(samples: Any, inputs: list[dict], outputs: list[dict], max_batch: int) -> None:
+    if not isinstance(samples, list) or len(samples) > MAX_GOLDEN_SAMPLES:
+        raise _fail(f"golden must be a list of at most {MAX_GOLDEN_SAMPLES} samples")
+    declared_in = {t["name"]: t for t in inputs}
+    declared_out = {t["name"]: t for t in outputs}
+    for index, sample in enumerate(samples):
+        where = f"golden sample {index}"
+        if not isinstance(sample, dict) or set(sample) - _SAMPLE_KEYS or not {"inputs", "outputs"} <= set(sample):
+            raise _fail(f"{where} must be an object with inputs, outputs (and optionally atol, rtol)")
+        for key in ("atol", "rtol"):
+            if key in sample and (not _is_number(sample[key]) or sample[key] < 0):
+                raise _fail(f"{where} {key} must be a non-negative number, not {sample[key]!r}")
+        given_in, given_out = sample["inputs"], sample["outputs"]
+        if not isinstance(given_in, dict) or set(given_in) != set(declared_in):
+            got = sorted(given_in) if isinstance(given_in, dict) else given_in
+            raise _fail(f"{where} inputs must be exactly {sorted(declared_in)}, got {got!r:.200}")
+        if not isinstance(given_out, dict) or not given_out or set(given_out) - set(declared_out):
+            got = sorted(given_out) if isinstance(given_out, dict) else given_out
+            raise _fail(f"{where} outputs must name some of {sorted(declared_out)}, got {got!r:.200}")
+        for kind, given, declared in (("input", given_in, declared_in), ("output", given_out, declared_out)):
+            for name, entry in given.items():
+                _check_golden_tensor(f"{where} {kind} '{name}'", entry, declared[name], max_batch)
+
+
+def _check_golden_tensor(where: str, entry: Any, declared: dict[str, Any], max_batch: int) -> None:
+    if not isinstance(entry, dict) or set(entry) != {"datatype", "shape", "data"}:
+        raise _fail(f"{where} must be an object with datatype, shape and data")
+    try:
+        array = decode_tensor(entry)
+    except ValueError as exc:
+        raise _fail(f"{where}: {exc}") from None
+    if entry["datatype"] != declared["datatype"]:
+        raise _fail(f"{where} is {entry['datatype']} but declared {declared['datatype']}")
+    shape = declared["shape"]
+    if array.ndim != len(shape) or any(d >= 0 and a != d for a, d in zip(array.shape, shape)):
+        raise _fail(f"{where} has shape {list(array.shape)}, declared {shape}")
+    if not 1 <= array.shape[0] <= max_batch:
+        raise _fail(f"{where} has batch {array.shape[0]}; it must be from 1 to batching.max_batch_size {max_batch}")
+
+
+def external_data_locations(model: onnx.ModelProto) -> Iterator[tuple[str, str]]:
+    """Yield (tensor name, location) for every tensor of the model stored as external data."""
+
+    def graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+        yield from graph.initializer
+        for sparse in graph.sparse_initializer:
+            yield sparse.values
+            yield sparse.indices
+        for node in graph.node:
+            yield from node_tensors(node)
+
+    def node_tensors(node: onnx.NodeProto) -> Iterator[onnx.TensorProto]:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("sparse_tensor"):
+                yield attr.sparse_tensor.values
+                yield attr.sparse_tensor.indices
+            if attr.HasField("g"):
+                yield from graph_tensors(attr.g)
+            for sub in attr.graphs:
+                yield from graph_tensors(sub)
+
+    tensors = [*graph_tensors(model.graph)]
+    for function in model.functions:
+        for node in function.node:
+            tensors.extend(node_tensors(node))
+    for tensor in tensors:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            entries = {e.key: e.value for e in tensor.external_data}
+            yield tensor.name, entries.get("location", "")
+
+
+def _check_location(folder: Path, tensor: str, location: str) -> None:
+    path = PurePosixPath(location)
+    if not location or "\\" in location or path.is_absolute() or re.match(r"^[A-Za-z]:", location):
+        raise InvalidArchive(f"model.onnx: tensor '{tensor}' names external data {location!r}, not a relative path")
+    if ".." in path.parts:
+        raise InvalidArchive(f"model.onnx: tensor '{tensor}' names external data {location!r} outside the archive")
+    target = folder / location
+    if not target.is_file() or target.is_symlink() or not target.resolve().is_relative_to(folder.resolve()):
+        raise InvalidArchive(f"model.onnx: tensor '{tensor}' names external data {location!r}, which the archive lacks")
+
+
+def check_model(folder: Path, manifest: dict[str, Any]) -> bool | None:
+    """Check the model in an unpacked archive against its manifest; return whether golden samples ran and passed.
+
+    Returns None when the manifest has no golden samples; any failure raises InvalidArchive.
+    """
+    path = folder / MODEL_FILE
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf's DecodeError and friends
+        raise InvalidArchive(f"model.onnx is not an ONNX model: {_reason(exc, folder)}") from None
+    for tensor, location in external_data_locations(model):
+        _check_location(folder, tensor, location)
+    del model
+    try:
+        onnx.checker.check_model(str(path))  # by path, so external data is checked too
+    except Exception as exc:  # onnx raises ValidationError, or protobuf errors for garbage
+        raise InvalidArchive(f"model.onnx fails the ONNX checker: {_reason(exc, folder)}") from None
+    try:
+        session = load_session(path, RuntimeSettings(device="cpu"))
+    except Exception as exc:  # ONNX Runtime raises its own exception types
+        raise InvalidArchive(f"ONNX Runtime cannot load model.onnx: {_reason(exc, folder)}") from None
+    spec = ModelSpec.from_manifest(manifest)
+    try:
+        check_spec_matches(spec, session.session)
+    except ValueError as exc:
+        raise InvalidArchive(f"manifest.json does not match the graph: {exc}") from None
+    graph = {t.name: t for t in spec_from_session(session.session, spec.name, spec.version).inputs}
+    for t in spec.inputs:
+        for axis, (declared, actual) in enumerate(zip(t.shape, graph[t.name].shape)):
+            if declared == -1 and actual >= 0:
+                raise InvalidArchive(
+                    f"manifest.json does not match the graph: input '{t.name}' axis {axis} is declared dynamic "
+                    f"but the graph fixes it to {actual}"
+                )
+    if not manifest.get("golden"):
+        return None
+    failures = check_golden(manifest, session.run)
+    if failures:
+        more = f" (and {len(failures) - 3} more)" if len(failures) > 3 else ""
+        raise InvalidArchive(f"golden samples do not match the model: {'; '.join(failures[:3])}{more}")
+    return True
+
+
+def manifest_from_graph(
+    model: onnx.ModelProto,
+    *,
+    name: str,
+    version: str,
+    sequence_inputs: Mapping[str, tuple[int, float]],
+    max_batch_size: int | None = None,
+    sequence_buckets: Sequence[int] = (),
+    golden: list[dict] | None = None,
+    description: str = "",
+    metadata: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Derive a manifest from a graph's inputs and outputs plus the given hints; raise ValueError if impossible."""
+    initializers = {i.name for i in model.graph.initializer}
+    graph_inputs = [v for v in model.graph.input if v.name not in initializers]
+    unknown = sorted(set(sequence_inputs) - {v.name for v in graph_inputs})
+    if unknown:
+        raise ValueError(f"sequence input(s) {unknown} are not graph inputs {[v.name for v in graph_inputs]}")
+
+    def describe(value: onnx.ValueInfoProto) -> dict[str, Any]:
+        tensor = value.type.tensor_type
+        if not value.type.HasField("tensor_type") or not tensor.HasField("shape"):
+            raise ValueError(f"'{value.name}' is not a tensor with a declared shape")
+        try:
+            datatype = _DATATYPE_OF[np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type))]
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"'{value.name}' has ONNX element type {tensor.elem_type}, not a supported one") from None
+        shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else -1 for d in tensor.shape.dim]
+        entry: dict[str, Any] = {"name": value.name, "datatype": datatype, "shape": shape}
+        if value.name in sequence_inputs:
+            entry["sequence_axis"], entry["pad_value"] = sequence_inputs[value.name]
+        return entry
+
+    manifest: dict[str, Any] = {
+        "name": name,
+        "version": version,
+        "platform": PLATFORM,
+        "inputs": [describe(v) for v in graph_inputs],
+        "outputs": [describe(v) for v in model.graph.output],
+        "metadata": dict(metadata or {}),
+    }
+    batching: dict[str, Any] = {}
+    if max_batch_size is not None:
+        batching["max_batch_size"] = max_batch_size
+    if sequence_buckets:
+        batching["sequence_buckets"] = sorted(sequence_buckets)
+    if batching:
+        manifest["batching"] = batching
+    if description:
+        manifest["description"] = description
+    if golden:
+        manifest["golden"] = golden
+    return manifest

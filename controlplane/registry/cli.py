@@ -1,0 +1,207 @@
+"""The registry's command line: `python -m controlplane registry build|push|list|show|delete`.
+
+Pushes and deletes go through the registry service straight to the database, audited as the OS user.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+from sqlalchemy.orm import Session
+
+from controlplane.config import ConfigError, Settings, load_settings
+from controlplane.errors import ApiError
+
+if TYPE_CHECKING:
+    from controlplane.registry.archive import ArchiveLimits
+    from controlplane.registry.service import Registry
+
+# NOTE: ONNX, ONNX Runtime and the ORM are imported inside the commands, so that adding this group
+# to `python -m controlplane` costs the other commands nothing at start-up.
+
+
+def _settings() -> Settings:
+    try:
+        return load_settings()
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@contextmanager
+def _registry() -> Iterator[Registry]:
+    from controlplane.db import make_engine, session_factory
+    from controlplane.registry.archive import ArchiveLimits
+    from controlplane.registry.service import Registry
+
+    settings = _settings()
+    engine = make_engine(settings.sqlalchemy_url)
+    try:
+        yield Registry(session_factory(engine), settings.home, ArchiveLimits.from_settings(settings))
+    except ApiError as exc:
+        raise click.ClickException(exc.message) from None
+    finally:
+        engine.dispose()
+
+
+def _cli_audit(session: Session, action: str, target: str, outcome: str, detail: dict[str, Any]) -> None:
+    from controlplane.auth import record_event
+    from controlplane.auth.cli import cli_actor
+
+    record_event(session, cli_actor(), action, target, outcome, detail)
+
+
+def _pusher() -> str:
+    from controlplane.auth.cli import cli_actor
+
+    return f"cli:{cli_actor().name}"
+
+
+def _sequence_input(value: str) -> tuple[str, tuple[int, float]]:
+    name, sep, rest = value.rpartition(":")
+    name, sep2, axis = name.rpartition(":")
+    try:
+        if not (sep and sep2 and name):
+            raise ValueError
+        pad = float(rest)
+        return name, (int(axis), int(pad) if pad.is_integer() else pad)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not NAME:AXIS:PAD, e.g. input_ids:1:0") from None
+
+
+@click.group()
+def registry() -> None:
+    """Model registry: build, push, list, show and delete model versions."""
+
+
+@registry.command()
+@click.argument("onnx_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--name", required=True, help="Model name, e.g. textcls.")
+@click.option("--version", "version", required=True, help="Version, e.g. 3 or 2026-11-30.")
+@click.option(
+    "--sequence-input",
+    "sequence_inputs",
+    multiple=True,
+    help="NAME:AXIS:PAD for an input padded along a sequence axis (repeatable), e.g. input_ids:1:0.",
+)
+@click.option("--sequence-buckets", default="", help="Comma-separated sequence lengths to pad to, e.g. 16,32,64.")
+@click.option("--max-batch", type=click.IntRange(min=1), help="Largest batch the model takes.")
+@click.option("--golden", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="JSON list of samples.")
+@click.option("--description", default="", help="One line about this version.")
+def build(
+    onnx_file: Path,
+    out: Path,
+    name: str,
+    version: str,
+    sequence_inputs: tuple[str, ...],
+    sequence_buckets: str,
+    max_batch: int | None,
+    golden: Path | None,
+    description: str,
+) -> None:
+    """Build an archive from an ONNX file (and its external data) and check it as a push would."""
+    from controlplane.registry.archive import ArchiveLimits, build_archive
+
+    samples = None
+    if golden is not None:
+        try:
+            data = json.loads(golden.read_text())
+        except (OSError, ValueError) as exc:
+            raise click.ClickException(f"cannot read {golden}: {exc}") from None
+        samples = data.get("golden") if isinstance(data, dict) else data
+    try:
+        buckets = [int(b) for b in sequence_buckets.split(",") if b.strip()]
+    except ValueError:
+        raise click.BadParameter(
+            f"{sequence_buckets!r} is not a list of integers", param_hint="--sequence-buckets"
+        ) from None
+    try:
+        digest = build_archive(
+            onnx_file,
+            out,
+            name=name,
+            version=version,
+            sequence_inputs=dict(_sequence_input(v) for v in sequence_inputs),
+            max_batch_size=max_batch,
+            sequence_buckets=buckets,
+            golden=samples,
+            description=description,
+        )
+    except (ValueError, OSError) as exc:
+        raise click.ClickException(f"cannot build the archive: {exc}") from None
+    settings = _settings()
+    try:
+        _check(out, ArchiveLimits.from_settings(settings))
+    except ApiError as exc:
+        out.unlink(missing_ok=True)
+        raise click.ClickException(f"the archive would be refused: {exc.message}") from None
+    click.echo(f"{out}  sha256 {digest}")
+
+
+def _check(archive: Path, limits: ArchiveLimits) -> None:
+    from controlplane.registry.archive import extract_archive
+    from controlplane.registry.checks import check_model, read_manifest
+
+    work = Path(tempfile.mkdtemp(prefix="registry-build-"))
+    try:
+        folder = extract_archive(archive, work, limits)
+        check_model(folder, read_manifest(folder))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@registry.command()
+@click.argument("archive", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--sha256", help="Refuse the push unless the archive has this SHA-256.")
+def push(archive: Path, sha256: str | None) -> None:
+    """Validate and store an archive in the registry."""
+    with _registry() as reg:
+        row, created = reg.push(archive, _pusher(), sha256, audit=_cli_audit)
+    state = "pushed" if created else "already there (same archive)"
+    click.echo(f"{row.name} {row.version} {state}  sha256 {row.sha256}")
+
+
+@registry.command("list")
+@click.argument("name", required=False)
+def list_versions(name: str | None) -> None:
+    """List versions, of one model or all."""
+    with _registry() as reg:
+        rows = reg.list(name)
+    if not rows:
+        click.echo("the registry is empty" if name is None else f"model '{name}' has no versions")
+        return
+    for row in rows:
+        tags = f"  [{', '.join(row.tags)}]" if row.tags else ""
+        click.echo(f"{row.name:<16} {row.version:<12} {row.sha256[:12]}  {row.size_bytes:>12}  {row.pushed_by}{tags}")
+
+
+@registry.command()
+@click.argument("name")
+@click.argument("version")
+def show(name: str, version: str) -> None:
+    """Show one version as JSON, manifest included."""
+    from controlplane.registry.service import version_dict
+
+    with _registry() as reg:
+        row = reg.get(name, version)
+    click.echo(json.dumps(version_dict(row, manifest=True), indent=2))
+
+
+@registry.command()
+@click.argument("name")
+@click.argument("version")
+@click.confirmation_option(prompt="Delete this version and its files?")
+def delete(name: str, version: str) -> None:
+    """Delete a version and its files (refused while it is deployed)."""
+    from controlplane.rollout.service import deployed_check
+
+    with _registry() as reg:
+        reg.delete(name, version, _pusher(), deployed=deployed_check(reg.sessions), audit=_cli_audit)
+    click.echo(f"deleted {name} {version}")
