@@ -38,6 +38,34 @@ def on_starting(server):
     _prometheus_dir.mkdir(parents=True)
     prepare_home(_settings)
     upgrade(_settings.sqlalchemy_url)
+    _create_first_admin()
+    _register_demo_models()
+
+
+def _register_demo_models():
+    """Import the model store's versions (the demo models) into the registry, once; later starts skip them."""
+    from controlplane.db import make_engine, session_factory
+    from controlplane.registry.archive import ArchiveLimits
+    from controlplane.registry.service import Registry
+
+    engine = make_engine(_settings.sqlalchemy_url)
+    Registry(session_factory(engine), _settings.home, ArchiveLimits.from_settings(_settings)).register_store(
+        _settings.model_store
+    )
+    engine.dispose()
+
+
+def _create_first_admin():
+    """On the very first start, create user 'admin' and say once where its password is."""
+    from controlplane.auth.bootstrap import ensure_initial_admin
+    from controlplane.db import make_engine, session_factory
+
+    engine = make_engine(_settings.sqlalchemy_url)
+    password = ensure_initial_admin(session_factory(engine), _settings)
+    engine.dispose()
+    if password:
+        # NOTE: the file (mode 0600) holds the password; printing it would put it in captured logs.
+        print(f"Created user 'admin'; its password is in {_settings.home / 'initial-admin-password'}", flush=True)
 
 
 def when_ready(server):

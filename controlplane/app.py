@@ -9,9 +9,12 @@ from typing import Any
 from flask import Flask, Response, g
 
 from controlplane import dashboards_view, db, errors, inference_api, openapi, ops_api
+from controlplane.auth import api as auth_api
 from controlplane.config import Settings, load_settings
 from controlplane.history import api as history_api
 from controlplane.logconfig import configure_logging
+from controlplane.registry import api as registry_api
+from controlplane.rollout import api as rollout_api
 from controlplane.services import Services, build_services
 
 
@@ -29,6 +32,9 @@ def create_app(config: Mapping[str, Any] | None = None, services: Services | Non
     app.register_blueprint(history_api.bp)
     app.register_blueprint(dashboards_view.bp)
     app.register_blueprint(openapi.bp)
+    app.register_blueprint(auth_api.bp)
+    app.register_blueprint(registry_api.bp)
+    app.register_blueprint(rollout_api.bp)
 
     @app.before_request
     def _request_id() -> None:

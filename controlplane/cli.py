@@ -10,7 +10,10 @@ import urllib.request
 
 import click
 
+from controlplane.auth.cli import audit as audit_command
+from controlplane.auth.cli import tokens, users
 from controlplane.config import ConfigError, Settings, load_settings, settings_table
+from controlplane.registry.cli import registry
 
 
 def _settings() -> Settings:
@@ -154,6 +157,12 @@ def history(since: str, until: str, model: str | None) -> None:
             f"{pct(r['error_rate']):>6} {pct(r['timeout_rate']):>6} {pct(r['rejection_rate']):>6} "
             f"{num(r['p50']):>8} {num(r['p99']):>8} {pct(r['padding_waste']):>6}"
         )
+
+
+cli.add_command(users)
+cli.add_command(tokens)
+cli.add_command(audit_command)
+cli.add_command(registry)
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})

@@ -19,6 +19,7 @@ from serving.settings import BatchingSettings, RuntimeSettings, parallelism
 
 if TYPE_CHECKING:
     from controlplane.history.retention import RetentionPolicy
+    from controlplane.rollout.service import RolloutSettings
 
 PREFIX = "FLIGHTDECK_"
 DEV_SECRET = "dev-insecure-secret"
@@ -83,6 +84,35 @@ class Settings:
     history_minute_retention_d: float = _setting(7.0, "Days 1-minute rows are kept before 1-hour rollup.")
     history_hour_retention_d: float = _setting(90.0, "Days 1-hour rows are kept before deletion.")
     retention_interval_s: float = _setting(60.0, "How often the scheduler leader applies history retention.")
+    max_archive_bytes: int = _setting(
+        1024**3, "Largest model archive (tar.gz) a push accepts; a larger upload gets 413 and nothing is kept."
+    )
+    max_archive_files: int = _setting(64, "Most files and folders one model archive may hold.")
+    max_unpacked_bytes: int = _setting(
+        4 * 1024**3, "Most bytes a model archive may unpack to, all files together (checked before unpacking)."
+    )
+    inference_auth: bool = _setting(
+        False, "Require an API token (any role) on every /v2 request except /v2/health/*; refusals get 401."
+    )
+    auth_reads: bool = _setting(
+        False,
+        "Require a viewer (token or login) for management reads (GET /api/*, except /api/session and "
+        "/api/openapi.json). Writes always need an operator or admin. The console's login page arrives with "
+        "the console issue; until then a browser gets a session only by POSTing to /api/session.",
+    )
+    login_max_failures: int = _setting(
+        5, "Failed logins per name and client address before further attempts are refused (429) for a while."
+    )
+    login_lockout_s: float = _setting(
+        30.0, "First refusal period after LOGIN_MAX_FAILURES; doubles with each further failure, up to 64 times."
+    )
+    reconcile_poll_ms: float = _setting(25.0, "How often each process checks the desired state written by others.")
+    rollout_tick_s: float = _setting(1.0, "How often the scheduler leader advances rollouts (steps, analysis).")
+    rollout_pause_s: float = _setting(60.0, "Default time a canary step takes traffic before it is analysed.")
+    scale_down_delay_s: float = _setting(600.0, "How long the previous stable version stays loaded after a rollout.")
+    rollback_window_s: float = _setting(
+        604800.0, "A version stable this recently comes back on rollback without analysis."
+    )
 
     @property
     def sqlalchemy_url(self) -> str:
@@ -107,6 +137,17 @@ class Settings:
             raw=timedelta(hours=self.history_raw_retention_h),
             minute=timedelta(days=self.history_minute_retention_d),
             hour=timedelta(days=self.history_hour_retention_d),
+        )
+
+    @property
+    def rollout(self) -> RolloutSettings:
+        """Return the rollout timing knobs."""
+        from controlplane.rollout.service import RolloutSettings  # noqa: F811 (kept out of gunicorn.conf's imports)
+
+        return RolloutSettings(
+            default_pause_s=self.rollout_pause_s,
+            scale_down_delay_s=self.scale_down_delay_s,
+            rollback_window_s=self.rollback_window_s,
         )
 
     @property
@@ -167,11 +208,15 @@ class Settings:
             "max_batch_size",
             "max_queue_size",
             "max_request_bytes",
+            "login_max_failures",
+            "max_archive_bytes",
+            "max_archive_files",
+            "max_unpacked_bytes",
         )
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{PREFIX}{name.upper()} must be at least 1")
-        for name in ("history_interval_s", "retention_interval_s"):
+        for name in ("history_interval_s", "retention_interval_s", "rollout_tick_s", "reconcile_poll_ms"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{PREFIX}{name.upper()} must be positive")
         for name in (
@@ -182,6 +227,7 @@ class Settings:
             "history_raw_retention_h",
             "history_minute_retention_d",
             "history_hour_retention_d",
+            "login_lockout_s",
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{PREFIX}{name.upper()} must not be negative")

@@ -13,6 +13,8 @@ import uuid
 from flask import Blueprint, Response, current_app, g, json, request
 
 from controlplane import metrics
+from controlplane.auth.errors import REALM
+from controlplane.auth.guard import bearer_actor
 from controlplane.requestlog import log_request
 from serving.codec import HEADER_LENGTH, decode_request, encode_response, select_outputs
 from serving.engine import Engine, LoadedVersion
@@ -37,6 +39,21 @@ def _engine() -> Engine:
 
 def _json(payload: object, status: int = 200) -> Response:
     return Response(json.dumps(payload), status=status, mimetype="application/json")
+
+
+OPEN_ENDPOINTS = {"oip.live", "oip.ready"}  # probes stay open even with FLIGHTDECK_INFERENCE_AUTH
+
+
+@bp.before_request
+def _require_token() -> Response | None:
+    """With FLIGHTDECK_INFERENCE_AUTH, refuse /v2 requests without a valid API token (any role)."""
+    if not _services().settings.inference_auth or request.endpoint in OPEN_ENDPOINTS:
+        return None
+    if bearer_actor() is not None:
+        return None
+    response = _json({"error": "an API token is required: send 'Authorization: Bearer <token>'"}, 401)
+    response.headers["WWW-Authenticate"] = REALM
+    return response
 
 
 @bp.errorhandler(ServingError)

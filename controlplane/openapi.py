@@ -36,6 +36,24 @@ def _ok(description: str, schema: dict[str, Any] | None = None) -> dict[str, Any
     return {"description": description, "content": {"application/json": {"schema": schema or {"type": "object"}}}}
 
 
+_ERR = {"description": "Refused; the message says why", "content": {"application/json": {"schema": _ERROR}}}
+_AUTH = {"401": _ERR, "403": _ERR}
+
+
+def _path(name: str, description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "schema": schema or {"type": "string"},
+        "description": description,
+    }
+
+
+def _json_body(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
 _BAD = {
     "description": "A parameter is wrong; the message names it",
     "content": {"application/json": {"schema": _ERROR}},
@@ -49,6 +67,35 @@ _SERIES = {
     "properties": {
         "labels": {"type": "object", "additionalProperties": {"type": "string"}},
         "points": {"type": "array", "items": {"type": "array", "minItems": 2, "maxItems": 2}},
+    },
+}
+
+# Access control: who may call what is in each operation's `security`; reads are open unless
+# FLIGHTDECK_AUTH_READS is on, writes always need an operator (or the role the summary names).
+_REFUSED = {"description": "Refused; the message says why", "content": {"application/json": {"schema": _ERROR}}}
+_ACCESS_ERRORS = {
+    "401": {**_REFUSED, "description": "Not authenticated (WWW-Authenticate: Bearer)"},
+    "403": {**_REFUSED, "description": "Role too low, or a cookie request without X-CSRF-Token"},
+}
+_SECURED = [{"bearer": []}, {"cookie": []}]
+_ROLE = {"type": "string", "enum": ["viewer", "operator", "admin"]}
+_WHOAMI = {
+    "type": "object",
+    "properties": {
+        "authenticated": {"type": "boolean"},
+        "user": {"type": "string", "nullable": True},
+        "role": {"type": "string", "nullable": True},
+        "kind": {"type": "string", "nullable": True, "enum": ["session", "token", None]},
+        "csrf_token": {"type": "string", "nullable": True, "description": "send as X-CSRF-Token on writes"},
+    },
+}
+_SECURITY_SCHEMES = {
+    "bearer": {"type": "http", "scheme": "bearer", "description": "An API token (fd_...) from POST /api/tokens"},
+    "cookie": {
+        "type": "apiKey",
+        "in": "cookie",
+        "name": "session",
+        "description": "The cookie POST /api/session sets; writes also need the X-CSRF-Token header",
     },
 }
 
@@ -108,6 +155,253 @@ PATHS: dict[str, dict[str, Any]] = {
         }
     },
     "/api/openapi.json": {"get": {"summary": "This document", "responses": {"200": _ok("OpenAPI 3 document")}}},
+    "/api/models": {
+        "get": {
+            "summary": "Every model in the registry with its versions",
+            "responses": {"200": _ok("Models and versions")},
+        },
+        "post": {
+            "summary": "Push a model version: a tar.gz with model.onnx and manifest.json, validated before it is kept",
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "multipart/form-data": {
+                        "schema": {
+                            "type": "object",
+                            "required": ["archive"],
+                            "properties": {
+                                "archive": {"type": "string", "format": "binary"},
+                                "sha256": {"type": "string", "description": "refuse unless the archive has this hash"},
+                            },
+                        }
+                    }
+                },
+            },
+            "responses": {
+                "201": _ok("The new version"),
+                "200": _ok("The same archive was already pushed: the stored version"),
+                "400": _ERR,
+                **_AUTH,
+                "409": _ERR,
+                "413": _ERR,
+            },
+        },
+    },
+    "/api/models/{name}/versions": {
+        "get": {
+            "summary": "A model's versions, oldest first",
+            "parameters": [_path("name", "Model name")],
+            "responses": {"200": _ok("Versions"), "404": _ERR},
+        }
+    },
+    "/api/models/{name}/versions/{version}": {
+        "get": {
+            "summary": "One version: manifest, SHA-256, size, who pushed it, tags, golden result",
+            "parameters": [_path("name", "Model name"), _path("version", "Version")],
+            "responses": {"200": _ok("The version"), "404": _ERR},
+        },
+        "delete": {
+            "summary": "Delete a version and its files (refused while deployed)",
+            "parameters": [_path("name", "Model name"), _path("version", "Version")],
+            "responses": {"204": {"description": "Deleted"}, **_AUTH, "404": _ERR, "409": _ERR},
+        },
+    },
+    "/api/models/{name}/versions/{version}/tags": {
+        "put": {
+            "summary": "Replace a version's tags; a tag moves off the model's other versions",
+            "parameters": [_path("name", "Model name"), _path("version", "Version")],
+            "requestBody": _json_body({"type": "array", "items": {"type": "string"}}),
+            "responses": {"200": _ok("The version"), "400": _ERR, **_AUTH, "404": _ERR},
+        }
+    },
+    "/api/models/{name}/deploy": {
+        "post": {
+            "summary": "Start a rollout: load into the idle slot, verify, then canary steps or a blue-green switch",
+            "parameters": [_path("name", "Model name")],
+            "requestBody": _json_body(
+                {
+                    "type": "object",
+                    "required": ["version"],
+                    "properties": {
+                        "version": {"type": "string"},
+                        "strategy": {"type": "string", "enum": ["canary", "bluegreen"], "default": "canary"},
+                        "steps": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 100}},
+                        "pause_s": {"type": "number", "minimum": 0},
+                        "shadow": {"type": "boolean"},
+                        "policy": {"type": "object", "description": "analysis thresholds (see AnalysisPolicy)"},
+                    },
+                }
+            ),
+            "responses": {"202": _ok("The rollout"), "400": _BAD, **_AUTH, "404": _ERR, "409": _ERR},
+        }
+    },
+    "/api/models/{name}/rollback": {
+        "post": {
+            "summary": "One-click rollback: traffic returns to the last stable version at once",
+            "parameters": [_path("name", "Model name")],
+            "responses": {"200": _ok("What was rolled back"), **_AUTH, "404": _ERR, "409": _ERR},
+        }
+    },
+    "/api/models/{name}/deployment": {
+        "get": {
+            "summary": "Desired slots and weights, what each process reports, recent rollouts",
+            "parameters": [_path("name", "Model name")],
+            "responses": {"200": _ok("Deployment"), "404": _ERR},
+        }
+    },
+    "/api/rollouts/{rollout_id}": {
+        "get": {
+            "summary": "A rollout with every step's analysis",
+            "parameters": [_path("rollout_id", "Rollout id", {"type": "integer"})],
+            "responses": {"200": _ok("Rollout"), "404": _ERR},
+        }
+    },
+    "/api/rollouts/{rollout_id}/{action}": {
+        "post": {
+            "summary": "Act on a rollout",
+            "parameters": [
+                _path("rollout_id", "Rollout id", {"type": "integer"}),
+                _path(
+                    "action",
+                    "What to do",
+                    {"type": "string", "enum": ["promote", "promote_all", "pause", "resume", "abort"]},
+                ),
+            ],
+            "responses": {"200": _ok("The rollout"), **_AUTH, "404": _ERR, "409": _ERR},
+        }
+    },
+    "/api/session": {
+        "get": {
+            "summary": "Who the request is authenticated as, and the session's CSRF token",
+            "responses": {"200": _ok("Who am I", _WHOAMI)},
+        },
+        "post": {
+            "summary": "Log in with a name and password: sets the session cookie, returns the CSRF token",
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "required": ["name", "password"],
+                            "properties": {"name": {"type": "string"}, "password": {"type": "string"}},
+                        }
+                    }
+                },
+            },
+            "responses": {
+                "200": _ok("Logged in", _WHOAMI),
+                "400": _BAD,
+                "401": _REFUSED,
+                "429": {**_REFUSED, "description": "Too many failed logins; see Retry-After"},
+            },
+        },
+        "delete": {
+            "summary": "Log out (a logged-in session must send X-CSRF-Token)",
+            "responses": {"204": {"description": "Logged out"}, "403": _REFUSED},
+        },
+    },
+    "/api/users": {
+        "get": {
+            "summary": "Every user (admin)",
+            "security": _SECURED,
+            "responses": {"200": _ok("Users"), **_ACCESS_ERRORS},
+        },
+        "post": {
+            "summary": "Create a user (admin)",
+            "security": _SECURED,
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "required": ["name", "password"],
+                            "properties": {
+                                "name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$"},
+                                "password": {"type": "string", "minLength": 8, "maxLength": 1024},
+                                "role": {**_ROLE, "default": "viewer"},
+                            },
+                        }
+                    }
+                },
+            },
+            "responses": {"201": _ok("The user"), "400": _BAD, **_ACCESS_ERRORS, "409": _REFUSED},
+        },
+    },
+    "/api/users/{name}": {
+        "patch": {
+            "summary": "Change a user's role, disabled flag or password (admin); one enabled admin must remain",
+            "security": _SECURED,
+            "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "properties": {
+                                "role": _ROLE,
+                                "disabled": {"type": "boolean"},
+                                "password": {"type": "string", "minLength": 8, "maxLength": 1024},
+                            },
+                        }
+                    }
+                },
+            },
+            "responses": {"200": _ok("The user"), "400": _BAD, **_ACCESS_ERRORS, "404": _REFUSED, "409": _REFUSED},
+        }
+    },
+    "/api/tokens": {
+        "get": {
+            "summary": "The caller's API tokens (an admin sees all); never their secrets",
+            "security": _SECURED,
+            "responses": {"200": _ok("Tokens"), **_ACCESS_ERRORS},
+        },
+        "post": {
+            "summary": "Create an API token with a role up to the caller's; the secret is returned this once only",
+            "security": _SECURED,
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "required": ["name"],
+                            "properties": {
+                                "name": {"type": "string"},
+                                "role": {**_ROLE, "description": "default: the caller's role"},
+                                "ttl_s": {"type": "integer", "minimum": 1, "description": "default: never expires"},
+                            },
+                        }
+                    }
+                },
+            },
+            "responses": {"201": _ok("The token and its secret"), "400": _BAD, **_ACCESS_ERRORS},
+        },
+    },
+    "/api/tokens/{token_id}": {
+        "delete": {
+            "summary": "Revoke an API token (its owner or an admin)",
+            "security": _SECURED,
+            "parameters": [{"name": "token_id", "in": "path", "required": True, "schema": {"type": "integer"}}],
+            "responses": {"200": _ok("The revoked token"), **_ACCESS_ERRORS, "404": _REFUSED},
+        }
+    },
+    "/api/audit": {
+        "get": {
+            "summary": "Audit events, newest first (viewer)",
+            "security": _SECURED,
+            "parameters": [
+                _query("since", _TIME, "Only events at or after this time"),
+                _query("actor", {"type": "string"}, "Only this actor"),
+                _query("action", {"type": "string"}, "Only this action; a trailing * matches a prefix ('token.*')"),
+                _query("outcome", {"type": "string", "enum": ["ok", "denied", "error"]}, "Only this outcome"),
+                _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}, "At most"),
+            ],
+            "responses": {"200": _ok("Events"), "400": _BAD, **_ACCESS_ERRORS},
+        }
+    },
 }
 
 
@@ -121,7 +415,7 @@ def document() -> dict[str, Any]:
             "description": "Everything outside /v2 (the Open Inference Protocol). Errors use one envelope.",
         },
         "paths": PATHS,
-        "components": {"schemas": {"Error": _ERROR}},
+        "components": {"schemas": {"Error": _ERROR}, "securitySchemes": _SECURITY_SCHEMES},
     }
 
 

@@ -8,18 +8,27 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from sqlalchemy import Engine as DbEngine
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane import metrics
 from controlplane.config import Settings
 from controlplane.db import make_engine, session_factory
+from controlplane.errors import NotFound
 from controlplane.history.retention import apply_retention
 from controlplane.history.sampler import HistorySampler
 from controlplane.history.service import HistoryService
 from controlplane.modelstore import prepare_home, startup_versions
+from controlplane.registry.archive import ArchiveLimits
+from controlplane.registry.service import Registry
+from controlplane.rollout.audit import system_audit
+from controlplane.rollout.reconciler import Reconciler
+from controlplane.rollout.service import ensure_deployments, tick
 from controlplane.scheduler import LeaderScheduler, utcnow
 from serving.engine import Engine
 from serving.runtime import check_single_distribution
@@ -38,6 +47,8 @@ class Services:
     scheduler: LeaderScheduler | None
     history: HistoryService
     sampler: HistorySampler
+    reconciler: Reconciler
+    locate: Callable[[str, str], Path]
 
     def refresh_gauges(self) -> None:
         """Publish readiness, traffic weights and GPU readings (called before each scrape)."""
@@ -47,8 +58,19 @@ class Services:
                 metrics.TRAFFIC_WEIGHT.labels(name, slot).set(weight)
         metrics.update_gpu_gauges()
 
+    def advance_rollouts(self) -> list[str]:
+        """Run one rollout-controller step (the leader's job), then wake this process's reconciler."""
+        with self.sessions() as session, session.begin():
+            events = tick(session, system_audit, self.settings.rollout)
+        for event in events:
+            log.info("rollout %s", event)
+        if events:
+            self.reconciler.wake()
+        return events
+
     def shutdown(self, grace_s: float | None = None) -> bool:
         """Drain the engine, stop the scheduler, write the last history rows, close the database."""
+        self.reconciler.stop()
         drained = self.engine.drain(grace_s)
         metrics.ENGINE_READY.set(0)
         if self.scheduler is not None:
@@ -71,20 +93,48 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
     check_single_distribution()
     prepare_home(settings)
     engine = Engine(settings.runtime, settings.batching_settings, observer_factory=metrics.SlotMetrics)
-    for name, version_dir in startup_versions(settings.model_store, settings.load_models).items():
-        loaded = engine.load(version_dir, "blue")
-        metrics.MODEL_INFO.labels(name, loaded.spec.version, "blue", loaded.provider).set(1)
     db = make_engine(settings.sqlalchemy_url)
     sessions = session_factory(db)
-    sampler = HistorySampler(engine, sessions, process=f"{socket.gethostname()}:{os.getpid()}")
-    scheduler = None
+    process = f"{socket.gethostname()}:{os.getpid()}"
+    served = startup_versions(settings.model_store, settings.load_models)
+    try:
+        with sessions() as session, session.begin():
+            ensure_deployments(session, {name: folder.name for name, folder in served.items()})
+    except IntegrityError:
+        pass  # NOTE: another worker starting at the same moment wrote them first; theirs stand
+
+    registry = Registry(sessions, settings.home, ArchiveLimits.from_settings(settings))
+
+    def locate(name: str, version: str) -> Path:
+        """Return a version's folder: from the registry, else the plain model store (demo models)."""
+        try:
+            return registry.folder(registry.get(name, version))
+        except NotFound:
+            return settings.model_store / name / version
+
+    def published(name: str, version: str, slot: str, provider: str) -> None:
+        metrics.MODEL_INFO.labels(name, version, slot, provider).set(1)
+
+    reconciler = Reconciler(
+        engine,
+        sessions,
+        locate,
+        process,
+        poll_s=settings.reconcile_poll_ms / 1000,
+        models=set(served),
+        on_loaded=published,
+    )
+    reconciler.start()  # the first pass is synchronous: the models are loaded before the app serves
+    sampler = HistorySampler(engine, sessions, process=process)
+    services = Services(settings, engine, db, sessions, None, HistoryService(sessions), sampler, reconciler, locate)
     if settings.scheduler if start_scheduler is None else start_scheduler:
         scheduler = LeaderScheduler(sessions, settings.lease_ttl_s)
         scheduler.add_local_job(sampler.sample, settings.history_interval_s, "history-sample")
         scheduler.add_cluster_job(
             lambda: _retention(sessions, settings), settings.retention_interval_s, "history-retention"
         )
+        scheduler.add_cluster_job(services.advance_rollouts, settings.rollout_tick_s, "rollout-controller")
         scheduler.start()
-    services = Services(settings, engine, db, sessions, scheduler, HistoryService(sessions), sampler)
+        services.scheduler = scheduler
     services.refresh_gauges()
     return services

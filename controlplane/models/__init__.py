@@ -61,6 +61,24 @@ class Lease(Base):
 
 
 # NOTE: imported last, so each module can subclass Base; every table must be listed here.
+from controlplane.models.auth import ApiToken, AuditEvent, User  # noqa: E402
 from controlplane.models.history import DeviceSample, SlotSample  # noqa: E402
+from controlplane.models.registry import ModelVersion  # noqa: E402
+from controlplane.models.rollout import Deployment, Rollout, RolloutMeasurement, SlotStatus  # noqa: E402
 
-__all__ = ["Base", "DeviceSample", "Lease", "NAMING_CONVENTION", "SlotSample", "UtcDateTime"]
+__all__ = [
+    "ApiToken",
+    "AuditEvent",
+    "Base",
+    "Deployment",
+    "DeviceSample",
+    "Lease",
+    "ModelVersion",
+    "NAMING_CONVENTION",
+    "Rollout",
+    "RolloutMeasurement",
+    "SlotSample",
+    "SlotStatus",
+    "User",
+    "UtcDateTime",
+]

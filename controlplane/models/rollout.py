@@ -1,0 +1,88 @@
+"""Desired state per model, rollouts and their measurements, and what each process really serves."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import JSON, ForeignKey, Index, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from controlplane.models import Base
+
+
+class Deployment(Base):
+    """What a model's two slots should hold and how traffic splits between them (the desired state)."""
+
+    __tablename__ = "deployments"
+
+    model: Mapped[str] = mapped_column(String(128), primary_key=True)
+    blue_version: Mapped[str | None] = mapped_column(String(64))
+    green_version: Mapped[str | None] = mapped_column(String(64))
+    blue_weight: Mapped[int] = mapped_column(default=100)
+    green_weight: Mapped[int] = mapped_column(default=0)
+    stable_slot: Mapped[str] = mapped_column(String(8), default="blue")
+    shadow_slot: Mapped[str | None] = mapped_column(String(8))
+    # Bumped on every change: processes compare it with what they last applied.
+    generation: Mapped[int] = mapped_column(default=1)
+    updated_at: Mapped[datetime]
+
+    def version_in(self, slot: str) -> str | None:
+        return self.blue_version if slot == "blue" else self.green_version
+
+    def weights(self) -> dict[str, int]:
+        return {"blue": self.blue_weight, "green": self.green_weight}
+
+
+class Rollout(Base):
+    """One attempt to move a model from its stable version to a candidate."""
+
+    __tablename__ = "rollouts"
+    __table_args__ = (Index("ix_rollouts_model_state", "model", "state"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    model: Mapped[str] = mapped_column(String(128))
+    from_version: Mapped[str | None] = mapped_column(String(64))
+    to_version: Mapped[str] = mapped_column(String(64))
+    candidate_slot: Mapped[str] = mapped_column(String(8))
+    strategy: Mapped[str] = mapped_column(String(16))  # canary | bluegreen
+    steps: Mapped[list] = mapped_column(JSON)  # traffic percentages, e.g. [5, 25, 50, 100]
+    step_index: Mapped[int] = mapped_column(default=0)
+    step_started_at: Mapped[datetime | None]
+    pause_s: Mapped[float] = mapped_column(default=60.0)
+    shadow: Mapped[bool] = mapped_column(default=False)
+    policy: Mapped[dict] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    created_by: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+
+
+class RolloutMeasurement(Base):
+    """One analysis of one step: the verdict, why, and the figures behind it."""
+
+    __tablename__ = "rollout_measurements"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    rollout_id: Mapped[int] = mapped_column(ForeignKey("rollouts.id", ondelete="CASCADE"), index=True)
+    step_index: Mapped[int]
+    ts: Mapped[datetime]
+    verdict: Mapped[str] = mapped_column(String(16))
+    reasons: Mapped[list] = mapped_column(JSON)
+    figures: Mapped[dict] = mapped_column(JSON)
+
+
+class SlotStatus(Base):
+    """What one serving process reports for one slot: the reconciler's side of the desired state."""
+
+    __tablename__ = "slot_status"
+
+    process: Mapped[str] = mapped_column(String(128), primary_key=True)
+    model: Mapped[str] = mapped_column(String(128), primary_key=True)
+    slot: Mapped[str] = mapped_column(String(8), primary_key=True)
+    version: Mapped[str | None] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16))  # loaded | failed | empty
+    error: Mapped[str] = mapped_column(Text, default="")
+    generation: Mapped[int] = mapped_column(default=0)
+    updated_at: Mapped[datetime]

@@ -1,0 +1,160 @@
+"""The rollout API: deploy, act on a rollout, one-click rollback, and the state behind it all."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, current_app, jsonify, request
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from controlplane.auth import Role, current_actor, record_event, require_role
+from controlplane.db import get_db
+from controlplane.errors import ApiError, NotFound
+from controlplane.models import Deployment, Rollout, RolloutMeasurement, SlotStatus
+from controlplane.rollout import service
+
+bp = Blueprint("rollouts", __name__, url_prefix="/api")
+
+ACTIONS = ("promote", "promote_all", "pause", "resume", "abort")
+
+
+def _services():
+    return current_app.extensions["flightdeck"]
+
+
+def _audit(session: Session, action: str, target: str, outcome: str, detail: dict[str, Any]) -> None:
+    record_event(session, current_actor(), action, target, outcome, detail)
+
+
+def _body() -> dict[str, Any]:
+    data = request.get_json(silent=True)
+    if not isinstance(data, dict):
+        raise ApiError("the request body must be a JSON object")
+    return data
+
+
+def rollout_json(rollout: Rollout, measurements: list[RolloutMeasurement] | None = None) -> dict[str, Any]:
+    """Describe a rollout, with its step analyses when given."""
+    data = {
+        "id": rollout.id,
+        "model": rollout.model,
+        "from_version": rollout.from_version,
+        "to_version": rollout.to_version,
+        "candidate_slot": rollout.candidate_slot,
+        "strategy": rollout.strategy,
+        "steps": rollout.steps,
+        "step_index": rollout.step_index,
+        "traffic_percent": rollout.steps[rollout.step_index] if rollout.state != "loading" else 0,
+        "pause_s": rollout.pause_s,
+        "shadow": rollout.shadow,
+        "policy": rollout.policy,
+        "state": rollout.state,
+        "reason": rollout.reason,
+        "created_by": rollout.created_by,
+        "created_at": rollout.created_at.isoformat(),
+        "updated_at": rollout.updated_at.isoformat(),
+        "finished_at": rollout.finished_at.isoformat() if rollout.finished_at else None,
+    }
+    if measurements is not None:
+        data["measurements"] = [
+            {
+                "step_index": m.step_index,
+                "ts": m.ts.isoformat(),
+                "verdict": m.verdict,
+                "reasons": m.reasons,
+                "figures": m.figures,
+            }
+            for m in measurements
+        ]
+    return data
+
+
+def _committed(session: Session) -> None:
+    session.commit()
+    _services().reconciler.wake()  # this process converges at once; others poll
+
+
+@bp.post("/models/<name>/deploy")
+@require_role(Role.OPERATOR)
+def deploy(name: str) -> tuple[Response, int]:
+    """Start a rollout of a version: canary (steps with analysis) or bluegreen (verify, then switch)."""
+    body = _body()
+    version = body.get("version")
+    if not isinstance(version, str) or not version:
+        raise ApiError("'version' must be a non-empty string")
+    if not (_services().locate(name, version) / "model.onnx").is_file():
+        raise NotFound(f"model '{name}' has no version {version}; push it to the registry first")
+    session = get_db()
+    _services().reconciler.forget_failures(name)  # a person asked again: a failed version may retry
+    rollout = service.deploy(
+        session, name, version, current_actor().name, _audit,
+        strategy=body.get("strategy", "canary"), steps=body.get("steps"), pause_s=body.get("pause_s"),
+        shadow=bool(body.get("shadow", False)), policy=body.get("policy"), settings=_services().settings.rollout,
+    )  # fmt: skip
+    _committed(session)
+    return jsonify(rollout_json(rollout)), 202
+
+
+@bp.post("/rollouts/<int:rollout_id>/<action>")
+@require_role(Role.OPERATOR)
+def act(rollout_id: int, action: str) -> Response:
+    """Promote (one step or all the way), pause, resume or abort a rollout."""
+    if action not in ACTIONS:
+        raise NotFound(f"no rollout action {action!r}; use one of {list(ACTIONS)}")
+    session = get_db()
+    rollout = service.act(session, rollout_id, action, current_actor().name, _audit)
+    _committed(session)
+    return jsonify(rollout_json(rollout))
+
+
+@bp.post("/models/<name>/rollback")
+@require_role(Role.OPERATOR)
+def rollback(name: str) -> Response:
+    """One-click rollback: traffic returns to the last stable version at once."""
+    session = get_db()
+    result = service.rollback(session, name, current_actor().name, _audit, _services().settings.rollout)
+    _committed(session)
+    return jsonify(result)
+
+
+@bp.get("/models/<name>/deployment")
+def deployment(name: str) -> Response:
+    """Desired state of a model's slots, what each process reports, and its latest rollouts."""
+    session = get_db()
+    desired = session.get(Deployment, name)
+    if desired is None:
+        raise NotFound(f"model '{name}' has no deployment")
+    statuses = session.scalars(select(SlotStatus).where(SlotStatus.model == name).order_by(SlotStatus.process))
+    rollouts = session.scalars(select(Rollout).where(Rollout.model == name).order_by(Rollout.id.desc()).limit(10))
+    return jsonify(
+        {
+            "model": name,
+            "slots": {slot: {"version": desired.version_in(slot), "weight": desired.weights()[slot]} for slot in ("blue", "green")},
+            "stable_slot": desired.stable_slot,
+            "generation": desired.generation,
+            "processes": [
+                {"process": s.process, "slot": s.slot, "version": s.version, "state": s.state, "error": s.error,
+                 "generation": s.generation, "updated_at": s.updated_at.isoformat()}
+                for s in statuses
+            ],
+            "rollouts": [rollout_json(r) for r in rollouts],
+        }
+    )  # fmt: skip
+
+
+@bp.get("/rollouts/<int:rollout_id>")
+def show(rollout_id: int) -> Response:
+    """A rollout with every step's analysis: why it moved or stopped."""
+    session = get_db()
+    rollout = session.get(Rollout, rollout_id)
+    if rollout is None:
+        raise NotFound(f"no rollout {rollout_id}")
+    measurements = list(
+        session.scalars(
+            select(RolloutMeasurement)
+            .where(RolloutMeasurement.rollout_id == rollout_id)
+            .order_by(RolloutMeasurement.id)
+        )
+    )
+    return jsonify(rollout_json(rollout, measurements))
