@@ -14,6 +14,7 @@ from controlplane.auth.cli import audit as audit_command
 from controlplane.auth.cli import tokens, users
 from controlplane.config import ConfigError, Settings, load_settings, settings_table
 from controlplane.registry.cli import registry
+from controlplane.rollout.cli import rollout
 
 
 def _settings() -> Settings:
@@ -163,6 +164,7 @@ cli.add_command(users)
 cli.add_command(tokens)
 cli.add_command(audit_command)
 cli.add_command(registry)
+cli.add_command(rollout)
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})

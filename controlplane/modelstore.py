@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sqlalchemy.orm import Session, sessionmaker
+
 from controlplane.config import Settings
 from serving.demo_models import write_demo_models
 
@@ -46,3 +48,16 @@ def startup_versions(store: Path, only: str = "") -> dict[str, Path]:
             raise FileNotFoundError(f"model '{name}' has no complete version under {store / name}")
         chosen[name] = store / name / versions[0]
     return chosen
+
+
+def version_folder(settings: Settings, sessions: sessionmaker[Session], name: str, version: str) -> Path:
+    """Return a version's folder: from the registry, else the plain model store (the demo models)."""
+    from controlplane.errors import NotFound
+    from controlplane.registry.archive import ArchiveLimits
+    from controlplane.registry.service import Registry
+
+    registry = Registry(sessions, settings.home, ArchiveLimits.from_settings(settings))
+    try:
+        return registry.folder(registry.get(name, version))
+    except NotFound:
+        return settings.model_store / name / version

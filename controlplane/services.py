@@ -19,13 +19,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from controlplane import metrics
 from controlplane.config import Settings
 from controlplane.db import make_engine, session_factory
-from controlplane.errors import NotFound
 from controlplane.history.retention import apply_retention
 from controlplane.history.sampler import HistorySampler
 from controlplane.history.service import HistoryService
-from controlplane.modelstore import prepare_home, startup_versions
-from controlplane.registry.archive import ArchiveLimits
-from controlplane.registry.service import Registry
+from controlplane.modelstore import prepare_home, startup_versions, version_folder
 from controlplane.rollout.audit import system_audit
 from controlplane.rollout.reconciler import Reconciler
 from controlplane.rollout.service import ensure_deployments, tick
@@ -103,14 +100,8 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
     except IntegrityError:
         pass  # NOTE: another worker starting at the same moment wrote them first; theirs stand
 
-    registry = Registry(sessions, settings.home, ArchiveLimits.from_settings(settings))
-
     def locate(name: str, version: str) -> Path:
-        """Return a version's folder: from the registry, else the plain model store (demo models)."""
-        try:
-            return registry.folder(registry.get(name, version))
-        except NotFound:
-            return settings.model_store / name / version
+        return version_folder(settings, sessions, name, version)
 
     def published(name: str, version: str, slot: str, provider: str) -> None:
         metrics.MODEL_INFO.labels(name, version, slot, provider).set(1)
