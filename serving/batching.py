@@ -168,6 +168,11 @@ class Batcher:
         with self._cond:
             return bool(self._queue) or self._running > 0
 
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Block until nothing is queued or running (callbacks on finished requests included)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._queue and self._running == 0, timeout_s)
+
     def submit(self, tensors: dict[str, np.ndarray], batch: int, seq_len: int, timeout_s: float) -> Pending:
         """Admit a validated request or refuse it at once (Overloaded / Unavailable)."""
         now = self._clock()

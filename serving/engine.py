@@ -12,13 +12,15 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from serving.batching import Batcher, BatchObserver
-from serving.errors import InvalidInput, ModelNotFound, Overloaded, Unavailable
+from serving.errors import InvalidInput, ModelNotFound, Overloaded, ServingError, Unavailable
 from serving.runtime import CPU, Session, check_spec_matches, load_session, requested_providers, warmup_inputs
 from serving.settings import BatchingSettings, RuntimeSettings, parallelism
 from serving.tensors import ModelSpec
@@ -42,10 +44,40 @@ class LoadedVersion:
     path: Path
     warmup_s: float = 0.0
     loaded_at: float = field(default_factory=time.time)
+    # Shadow comparisons made while this version received copies of live traffic.
+    shadow: ShadowStats = field(default_factory=lambda: ShadowStats())
 
     @property
     def provider(self) -> str:
         return self.session.provider
+
+
+@dataclass
+class ShadowStats:
+    """How often a shadow version's outputs agreed with the live version's (thread-safe counters)."""
+
+    compared: int = 0
+    agreed: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def record(self, agreed: bool) -> None:
+        with self._lock:
+            self.compared += 1
+            self.agreed += int(agreed)
+
+
+def _compare_shadow(stats: ShadowStats, live: dict[str, np.ndarray], done: Future) -> None:
+    if done.exception() is None:  # a failed shadow run is counted as an error in its own slot's stats
+        stats.record(outputs_agree(live, done.result()))
+
+
+def outputs_agree(
+    live: dict[str, np.ndarray], shadow: dict[str, np.ndarray], rtol: float = 1e-3, atol: float = 1e-4
+) -> bool:
+    """Return whether two versions' outputs for one request agree within tolerance."""
+    return live.keys() == shadow.keys() and all(
+        live[k].shape == shadow[k].shape and np.allclose(live[k], shadow[k], rtol=rtol, atol=atol) for k in live
+    )
 
 
 @dataclass
@@ -64,6 +96,7 @@ class Routed:
 class _Model:
     slots: dict[str, LoadedVersion] = field(default_factory=dict)
     weights: dict[str, int] = field(default_factory=lambda: {"blue": 100, "green": 0})
+    shadow_slot: str | None = None  # gets a copy of every live request; its answers are compared, never returned
 
 
 def read_manifest(version_dir: Path) -> dict:
@@ -142,6 +175,8 @@ class Engine:
             loaded = model.slots.pop(slot, None) if model else None
             if model is not None:
                 model.weights[slot] = 0
+                if model.shadow_slot == slot:
+                    model.shadow_slot = None
         if loaded is None:
             raise ModelNotFound(f"model '{name}' has nothing loaded in slot {slot}")
         loaded.batcher.close()
@@ -156,6 +191,14 @@ class Engine:
             if not any(new[s] > 0 for s in model.slots):
                 raise ValueError(f"weights {new} send no traffic to a loaded slot of '{name}'")
             model.weights = new
+
+    def set_shadow(self, name: str, slot: str | None) -> None:
+        """Mirror live requests of a model into `slot` (None: stop); the slot must be loaded."""
+        with self._lock:
+            model = self._require(name)
+            if slot is not None and slot not in model.slots:
+                raise ValueError(f"cannot shadow into {slot}: nothing is loaded there")
+            model.shadow_slot = slot
 
     def begin_drain(self) -> None:
         """Stop admitting new requests; readiness turns false at once."""
@@ -262,8 +305,26 @@ class Engine:
         # A client may shorten its deadline, never lengthen it past the server's default.
         timeout = default if timeout_s is None else min(timeout_s, default)
         pending = loaded.batcher.submit(tensors, batch, seq_len, timeout)
+        shadow = self._mirror(name, loaded, tensors, batch, seq_len, timeout) if version is None else None
         outputs = loaded.batcher.result(pending)
+        if shadow is not None:
+            target, copy = shadow
+            # NOTE: compared when the copy finishes, in whichever thread that is; the caller never waits for it.
+            copy.future.add_done_callback(partial(_compare_shadow, target.shadow, outputs))
         return Routed(outputs, loaded.spec.version, loaded.slot, pending.batch_size, pending.queue_s, pending.compute_s)
+
+    def _mirror(self, name: str, live: LoadedVersion, tensors, batch: int, seq_len: int, timeout: float):
+        """Submit a copy to the shadow slot if there is one; a full shadow queue just skips the copy."""
+        with self._lock:
+            model = self._models.get(name)
+            slot = model.shadow_slot if model else None
+            target = model.slots.get(slot) if slot else None
+        if target is None or target is live:
+            return None
+        try:
+            return target, target.batcher.submit(tensors, batch, seq_len, timeout)
+        except ServingError:
+            return None
 
     # -- internals -----------------------------------------------------------------------
 

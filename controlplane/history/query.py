@@ -35,6 +35,7 @@ SLOT_METRICS = {
     "queue_depth_mean": ("time-averaged queue, summed over processes", "samples"),
     "batch_size_mean": ("samples per executed batch", "samples"),
     "padding_waste": ("padded positions / positions run", "ratio"),
+    "shadow_agreement": ("shadow copies whose outputs matched the live version / copies compared", "ratio"),
 }
 DEVICE_METRICS = {
     "gpu_utilization": ("GPU utilisation", "ratio"),
@@ -64,6 +65,8 @@ class SlotAggregate:
     batch_sizes: dict[int, int] = field(default_factory=dict)
     real_tokens: int = 0
     padded_tokens: int = 0
+    shadow_compared: int = 0
+    shadow_agreed: int = 0
 
     def add(self, row: SlotSample) -> None:
         self.successes += row.successes
@@ -79,6 +82,8 @@ class SlotAggregate:
             self.batch_sizes[int(size)] = self.batch_sizes.get(int(size), 0) + count
         self.real_tokens += row.real_tokens
         self.padded_tokens += row.padded_tokens
+        self.shadow_compared += row.shadow_compared or 0
+        self.shadow_agreed += row.shadow_agreed or 0
 
     @property
     def requests(self) -> int:
@@ -107,6 +112,8 @@ class SlotAggregate:
         if metric == "batch_size_mean":
             total = sum(size * count for size, count in self.batch_sizes.items())
             return total / self.batches if self.batches else None
+        if metric == "shadow_agreement":
+            return self.shadow_agreed / self.shadow_compared if self.shadow_compared else None
         if metric == "padding_waste":
             return (self.padded_tokens - self.real_tokens) / self.padded_tokens if self.padded_tokens else None
         raise KeyError(metric)

@@ -70,6 +70,8 @@ def _roll_up_slots(session: Session, source: int, target: int, cutoff: datetime)
                 batch_sizes={str(k): v for k, v in sorted(agg.batch_sizes.items())},
                 real_tokens=agg.real_tokens,
                 padded_tokens=agg.padded_tokens,
+                shadow_compared=agg.shadow_compared,
+                shadow_agreed=agg.shadow_agreed,
             )
         )
     replaced = [row.id for members in groups.values() for row in members]

@@ -24,7 +24,12 @@ log = logging.getLogger(__name__)
 
 
 def slot_row(
-    loaded: LoadedVersion, before: BatcherSnapshot, after: BatcherSnapshot, ts: datetime, process: str
+    loaded: LoadedVersion,
+    before: BatcherSnapshot,
+    after: BatcherSnapshot,
+    ts: datetime,
+    process: str,
+    shadow: tuple[int, int] = (0, 0),
 ) -> SlotSample:
     """Build the row for what one loaded version did between two snapshots."""
     batches = {
@@ -52,6 +57,8 @@ def slot_row(
         batch_sizes=batches,
         real_tokens=after.real_tokens - before.real_tokens,
         padded_tokens=after.padded_tokens - before.padded_tokens,
+        shadow_compared=shadow[0],
+        shadow_agreed=shadow[1],
     )
 
 
@@ -111,7 +118,7 @@ class HistorySampler:
         self._process = process
         self._clock = clock
         # Keyed by the loaded object itself: a reload into the same slot is a new series from zero.
-        self._previous: dict[int, tuple[LoadedVersion, BatcherSnapshot]] = {}
+        self._previous: dict[int, tuple[LoadedVersion, BatcherSnapshot, tuple[int, int]]] = {}
 
     def collect(self) -> list[SlotSample | DeviceSample]:
         """Snapshot every loaded version and return the rows for the interval just ended.
@@ -121,18 +128,22 @@ class HistorySampler:
         """
         ts = self._clock()
         current = {id(v): v for v in self._engine.loaded()}
-        retired = {key: loaded for key, (loaded, _) in self._previous.items() if key not in current}
+        retired = {key: entry[0] for key, entry in self._previous.items() if key not in current}
         rows: list[SlotSample | DeviceSample] = []
         kept = {}
         longest = 0.0
         for key, loaded in {**current, **retired}.items():
-            before = self._previous[key][1] if key in self._previous else loaded.batcher.zero_snapshot()
-            after = loaded.batcher.snapshot()
-            row = slot_row(loaded, before, after, ts, self._process)
+            if key in self._previous:
+                _, before, shadow_before = self._previous[key]
+            else:
+                before, shadow_before = loaded.batcher.zero_snapshot(), (0, 0)
+            after, shadow_after = loaded.batcher.snapshot(), (loaded.shadow.compared, loaded.shadow.agreed)
+            shadow = (shadow_after[0] - shadow_before[0], shadow_after[1] - shadow_before[1])
+            row = slot_row(loaded, before, after, ts, self._process, shadow)
             rows.append(row)
             longest = max(longest, row.interval_s)
             if key in current:
-                kept[key] = (loaded, after)
+                kept[key] = (loaded, after, shadow_after)
         self._previous = kept
         rows.extend(device_rows(ts, longest, self._process))
         return rows

@@ -39,6 +39,8 @@ class SlotSample(Base):
     batch_sizes: Mapped[dict] = mapped_column(JSON, default=dict)
     real_tokens: Mapped[int] = mapped_column(default=0)
     padded_tokens: Mapped[int] = mapped_column(default=0)
+    shadow_compared: Mapped[int] = mapped_column(default=0, server_default="0")  # copies of live requests answered
+    shadow_agreed: Mapped[int] = mapped_column(default=0, server_default="0")  # ... matching the live version
 
 
 class DeviceSample(Base):

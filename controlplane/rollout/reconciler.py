@@ -115,6 +115,9 @@ class Reconciler:
             log.error("desired weights for %s send traffic to no live slot; serving %s instead", model, fallback)
         if any(weights.values()):
             self._engine.set_weights(model, weights)
+        if live:
+            shadow = desired.shadow_slot if desired.shadow_slot in live else None
+            self._engine.set_shadow(model, shadow)
         for slot in SLOTS:
             if desired.version_in(slot) is None and slot in {v.slot for v in self._engine.loaded(model)}:
                 self._engine.unload(model, slot)

@@ -118,6 +118,8 @@ def deploy(
         checked = AnalysisPolicy.from_dict(policy)
     except (TypeError, ValueError) as exc:
         raise ApiError(f"'policy': {exc}") from None
+    if shadow:
+        steps = [0, *steps]  # a first step that only mirrors traffic: answers compared, never returned
     pause = settings.default_pause_s if pause_s is None else float(pause_s)
     if pause < 0:
         raise ApiError("'pause_s' must not be negative")
@@ -197,11 +199,18 @@ def _promote(session: Session, rollout: Rollout, index: int, now: datetime, reas
     percent = rollout.steps[index]
     rollout.step_index, rollout.step_started_at, rollout.updated_at, rollout.reason = index, now, now, reason
     if percent >= 100:
-        _set(deployment, now, **_weights(rollout.candidate_slot, 100), stable_slot=rollout.candidate_slot)
+        _set(
+            deployment,
+            now,
+            **_weights(rollout.candidate_slot, 100),
+            stable_slot=rollout.candidate_slot,
+            shadow_slot=None,
+        )
         _finish(rollout, RolloutState.SUCCEEDED, reason, now)
     else:
         rollout.state = RolloutState.PROGRESSING.value
-        _set(deployment, now, **_weights(rollout.candidate_slot, percent))
+        shadow_slot = rollout.candidate_slot if percent == 0 else None
+        _set(deployment, now, **_weights(rollout.candidate_slot, percent), shadow_slot=shadow_slot)
 
 
 def rollback(
@@ -317,7 +326,8 @@ def tick(
         since = rollout.step_started_at or rollout.created_at
         candidate = _aggregate(session, rollout.model, rollout.to_version, rollout.candidate_slot, since)
         stable = _aggregate(session, rollout.model, rollout.from_version, deployment.stable_slot, since)
-        result = analyse(candidate, stable if stable.requests else None, policy)
+        agreement = (candidate.shadow_agreed, candidate.shadow_compared) if candidate.shadow_compared else None
+        result = analyse(candidate, stable if stable.requests else None, policy, agreement)
         session.add(
             RolloutMeasurement(
                 rollout_id=rollout.id, step_index=rollout.step_index, ts=now, verdict=result.verdict.value,

@@ -63,7 +63,10 @@ def upgrade() -> None:
         sa.Column("reasons", sa.JSON(), nullable=False),
         sa.Column("figures", sa.JSON(), nullable=False),
         sa.ForeignKeyConstraint(
-            ["rollout_id"], ["rollouts.id"], name=op.f("fk_rollout_measurements_rollout_id_rollouts"), ondelete="CASCADE"
+            ["rollout_id"],
+            ["rollouts.id"],
+            name=op.f("fk_rollout_measurements_rollout_id_rollouts"),
+            ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_rollout_measurements")),
     )

@@ -131,3 +131,18 @@ def test_rollback_with_nothing_to_return_to_is_a_clear_error(client, operator) -
     response = client.post("/api/models/mlp/rollback", headers=operator)
     assert response.status_code == 409
     assert "no earlier stable version" in response.get_json()["error"]["message"]
+
+
+def test_shadow_step_mirrors_traffic_compares_outputs_and_fails_on_disagreement(app, client, operator) -> None:
+    rollout = deploy(client, operator, version="2", steps=[100], pause_s=0, shadow=True, policy={"min_requests": 20})
+    assert rollout["steps"] == [0, 100]
+    settle(app)
+    assert advance(app) == [f"{rollout['id']}: loaded -> progressing"]
+    assert versions_served(client, 60) == {"1": 60}  # callers only ever get the live version's answers
+    green = next(v for v in app.extensions["flightdeck"].engine.loaded("mlp") if v.slot == "green")
+    assert green.batcher.wait_idle(10)  # the copies finish (and are compared) after their callers are answered
+    assert green.shadow.compared == 60 and green.shadow.agreed == 0  # v2's weights differ: outputs disagree
+    assert advance(app) == [f"{rollout['id']}: fail -> rolled_back"]
+    detail = client.get(f"/api/rollouts/{rollout['id']}").get_json()
+    assert "shadow outputs agree 0.00%" in detail["reason"]
+    assert detail["measurements"][0]["figures"]["compared"] == 60
