@@ -29,6 +29,7 @@ test: install
 bench: install
 	$(PY) -m serving.bench
 	$(PY) -m controlplane.history.overhead
+	$(PY) -m controlplane.rollout.bench
 
 lint: install
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .
