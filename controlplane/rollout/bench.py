@@ -29,7 +29,8 @@ from serving.demo_models import write_demo_models
 BODY = json.dumps({"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [0.5] * 64}]}).encode()
 
 
-def _token(home: Path) -> str:
+def operator_token(home: Path) -> str:
+    """Migrate the database under `home` and return a new operator's API token."""
     url = f"sqlite:///{home / 'flightdeck.db'}"
     upgrade(url)
     engine = make_engine(url)
@@ -41,7 +42,7 @@ def _token(home: Path) -> str:
     return secret
 
 
-class _Traffic:
+class Traffic:
     """Closed-loop keep-alive clients recording (time, status, version)."""
 
     def __init__(self, port: int, clients: int) -> None:
@@ -53,12 +54,20 @@ class _Traffic:
 
     def _run(self) -> None:
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        while not self.stop.is_set():
-            connection.request("POST", "/v2/models/mlp/infer", BODY, {"Content-Type": "application/json"})
-            response = connection.getresponse()
-            response.read()
-            with self.lock:
-                self.seen.append((time.monotonic(), response.status, response.getheader("X-Model-Version", "")))
+        try:
+            while not self.stop.is_set():
+                connection.request("POST", "/v2/models/mlp/infer", BODY, {"Content-Type": "application/json"})
+                response = connection.getresponse()
+                response.read()
+                with self.lock:
+                    self.seen.append((time.monotonic(), response.status, response.getheader("X-Model-Version", "")))
+        finally:
+            connection.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(30)
 
     def settled(self, version: str, after: float, timeout: float = 30) -> float:
         """Seconds from `after` to the last response of another version (20 of `version` must follow it)."""
@@ -73,12 +82,14 @@ class _Traffic:
         raise RuntimeError(f"traffic never settled on {version}")
 
 
-def _call(port: int, method: str, path: str, token: str, body: dict | None = None) -> dict:
+def call(port: int, method: str, path: str, token: str, body: dict | None = None) -> dict:
+    """Call the management API with a token; raise on an error status."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     connection.request(method, path, json.dumps(body) if body else None, headers)
     response = connection.getresponse()
     data = json.loads(response.read() or b"{}")
+    connection.close()
     if response.status >= 400:
         raise RuntimeError(f"{method} {path}: {response.status} {data}")
     return data
@@ -95,26 +106,24 @@ def main(argv: list[str] | None = None) -> int:
         store, home = Path(tmp) / "store", Path(tmp) / "home"
         write_demo_models(store)
         home.mkdir()
-        token = _token(home)
+        token = operator_token(home)
         env = {"FLIGHTDECK_LOAD_MODELS": "mlp", "FLIGHTDECK_WORKERS": "2", "FLIGHTDECK_ROLLOUT_TICK_S": "0.1",
                "FLIGHTDECK_SCALE_DOWN_DELAY_S": "3600"}  # fmt: skip
         server = Server(store, home, env)
         try:
             server.wait_ready()
-            traffic = _Traffic(server.port, args.clients)
+            traffic = Traffic(server.port, args.clients)
             traffic.settled("1", 0.0)
             for _ in range(args.rounds):
-                rollout = _call(
+                rollout = call(
                     server.port, "POST", "/api/models/mlp/deploy", token, {"version": "2", "strategy": "bluegreen"}
                 )
                 while rollout["state"] != "succeeded":
-                    rollout = _call(server.port, "GET", f"/api/rollouts/{rollout['id']}", token)
+                    rollout = call(server.port, "GET", f"/api/rollouts/{rollout['id']}", token)
                 switches.append(traffic.settled("2", time.monotonic()))
-                _call(server.port, "POST", "/api/models/mlp/rollback", token)
+                call(server.port, "POST", "/api/models/mlp/rollback", token)
                 rollbacks.append(traffic.settled("1", time.monotonic()))
-            traffic.stop.set()
-            for thread in traffic.threads:
-                thread.join(30)
+            traffic.close()
         finally:
             server.stop()
     statuses = {s for _, s, _ in traffic.seen}

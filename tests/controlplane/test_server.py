@@ -85,7 +85,6 @@ def test_metrics_add_up_across_workers_and_one_process_leads_the_scheduler(home:
         assert metric(text, "flightdeck_inference_requests_total", model="mlp", outcome="success") == 30
         assert metric(text, "flightdeck_inference_count_total", model="mlp") == 30
         assert re.search(r'flightdeck_model_info\{.*model="mlp".*\} 1\.0', text)
-        assert len(list((home / "prometheus").glob("counter_*.db"))) == 2  # two processes wrote metrics
         with sqlite3.connect(home / "flightdeck.db") as db:
             holders = db.execute("select holder from leases where name = 'scheduler'").fetchall()
         assert len(holders) == 1

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from controlplane.app import create_app
 from controlplane.cli import cli
+from controlplane.rollout.bench import call, operator_token
 from tests.controlplane.rollout.test_rollouts import advance, deploy, settle, versions_served
-from tests.controlplane.rollout.test_zero_downtime import call, operator_token
 from tests.servers import start_server
 
 
@@ -59,23 +59,24 @@ def test_killed_server_restarts_into_the_same_rollout(home: Path) -> None:
     env = {"FLIGHTDECK_LOAD_MODELS": "mlp", "FLIGHTDECK_ROLLOUT_TICK_S": "0.1"}
     server = start_server(home, env)
     try:
-        status, rollout = call(
-            server, "POST", "/api/models/mlp/deploy", token, {"version": "2", "steps": [25, 100], "pause_s": 3600}
-        )
-        assert status == 202
+        port = int(server.url.rsplit(":", 1)[1])
+        body = {"version": "2", "steps": [25, 100], "pause_s": 3600}
+        rollout = call(port, "POST", "/api/models/mlp/deploy", token, body)
+        assert rollout["state"] == "loading"
         deadline = time.monotonic() + 60
         while rollout["state"] != "progressing":
             assert time.monotonic() < deadline, rollout
-            _, rollout = call(server, "GET", f"/api/rollouts/{rollout['id']}", token)
+            rollout = call(port, "GET", f"/api/rollouts/{rollout['id']}", token)
     finally:
         server.stop(signal.SIGKILL)  # no drain, no goodbye
     server = start_server(home, env)
     try:
-        _, status_now = call(server, "GET", "/api/engine", token)
+        port = int(server.url.rsplit(":", 1)[1])
+        status_now = call(port, "GET", "/api/engine", token)
         mlp = next(m for m in status_now["models"] if m["name"] == "mlp")
         assert mlp["weights"] == {"blue": 75, "green": 25}
         assert {s: info["version"] for s, info in mlp["slots"].items()} == {"blue": "1", "green": "2"}
-        _, after = call(server, "GET", f"/api/rollouts/{rollout['id']}", token)
+        after = call(port, "GET", f"/api/rollouts/{rollout['id']}", token)
         assert after["state"] == "progressing" and after["step_index"] == 0
     finally:
         assert server.stop() == 0
