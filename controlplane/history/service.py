@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.history import query
+from controlplane.models import Rollout, RolloutMeasurement
 
 
 class HistoryService:
@@ -40,5 +42,33 @@ class HistoryService:
             return query.batch_distribution(session, start, end, model)
 
     def markers(self, start: datetime, end: datetime, model: str | None = None) -> list[dict]:
-        """Return events to mark on time axes. Rollout steps and alert firings join when those land."""
-        return []
+        """Return rollout starts, step verdicts and endings to mark on time axes (alert firings join later)."""
+        with self._sessions() as session:
+            rollouts = select(Rollout).where(
+                (Rollout.created_at.between(start, end)) | (Rollout.finished_at.between(start, end))
+            )
+            steps = (
+                select(RolloutMeasurement, Rollout)
+                .join(Rollout, RolloutMeasurement.rollout_id == Rollout.id)
+                .where(RolloutMeasurement.ts.between(start, end))
+            )
+            if model is not None:
+                rollouts = rollouts.where(Rollout.model == model)
+                steps = steps.where(Rollout.model == model)
+            marks = []
+            for r in session.scalars(rollouts):
+                change = f"{r.model} {r.from_version or '-'} -> {r.to_version}"
+                if start <= r.created_at <= end:
+                    marks.append(
+                        {
+                            "time": r.created_at.isoformat(),
+                            "kind": "rollout",
+                            "text": f"{change} started ({r.strategy})",
+                        }
+                    )
+                if r.finished_at is not None and start <= r.finished_at <= end:
+                    marks.append({"time": r.finished_at.isoformat(), "kind": "rollout", "text": f"{change} {r.state}"})
+            for m, r in session.execute(steps):
+                text = f"{r.model} {r.to_version} step {m.step_index + 1}: {m.verdict}"
+                marks.append({"time": m.ts.isoformat(), "kind": "rollout", "text": text})
+        return sorted(marks, key=lambda mark: mark["time"])

@@ -149,3 +149,17 @@ def test_shadow_step_mirrors_traffic_compares_outputs_and_fails_on_disagreement(
     detail = client.get(f"/api/rollouts/{rollout['id']}").get_json()
     assert "shadow outputs agree 0.00%" in detail["reason"]
     assert detail["measurements"][0]["figures"]["compared"] == 60
+
+
+def test_dashboards_mark_rollout_starts_verdicts_and_endings(app, client, operator) -> None:
+    rollout = deploy(client, operator, version="2", steps=[50, 100], pause_s=0, policy={"min_requests": 1000})
+    settle(app)
+    advance(app)
+    versions_served(client, 10)
+    advance(app)  # inconclusive: paused
+    client.post(f"/api/rollouts/{rollout['id']}/abort", headers=operator)
+    figures = client.get("/api/dashboards/figures?model=mlp&range=15m").get_json()["figures"]
+    latency = next(f for f in figures if f["id"] == "latency")
+    texts = " | ".join(a.get("text", "") for a in latency["layout"].get("annotations", []))
+    assert "mlp 1 -&gt; 2 started (canary)" in texts or "mlp 1 -> 2 started (canary)" in texts, texts
+    assert "step 1: inconclusive" in texts and "aborted" in texts
