@@ -1,0 +1,1 @@
+"""Alert rules, their evaluation and lifecycle, and chat notifiers: data in, decisions out."""

@@ -1,0 +1,205 @@
+"""Alert rules from YAML: a small declarative condition over the history and live gauges, no eval.
+
+name: high_error_rate
+severity: P1
+why: users see failures but most requests still succeed
+condition: {metric: error_rate, aggregation: avg, window: 5m, op: ">", threshold: 0.05, by: [model, version]}
+for: 2m
+labels: {team: ml}
+summary: "{model} v{version}: error rate {value:.1%}"
+runbook: rollback
+automatic: {enabled: true, cooldown: 15m, max_attempts: 2}
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from alerts.states import Severity
+
+# Metrics the evaluator computes besides the history's own (controlplane.history.query.METRICS).
+LIVE_METRICS = {
+    "engine_ready": "1 when every serving process reports ready, else 0",
+    "queue_fill": "largest queue depth over the queue limit, 0..1",
+    "gpu_memory_fill": "GPU memory used over total, 0..1",
+    "versions_live": "versions of a model taking traffic while no rollout is in progress",
+    "auto_rollbacks": "automatic rollbacks in the window",
+    "notification_failures": "alert notifications that failed in the window",
+}
+AGGREGATIONS = ("avg", "max", "min", "sum", "last")
+OPERATORS = (">", ">=", "<", "<=", "==", "!=")
+GROUPINGS = ("model", "version", "slot", "device")
+_DURATION = re.compile(r"^(\d+)(s|m|h|d)$")
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+class RuleError(ValueError):
+    """A rule file is wrong; the message names the file, the rule and the field."""
+
+
+def parse_duration(value: Any, where: str) -> timedelta:
+    """Parse '30s', '5m', '2h', '1d'."""
+    match = _DURATION.match(str(value))
+    if not match:
+        raise RuleError(f"{where}: duration must look like 30s, 5m, 2h or 1d, not {value!r}")
+    amount, unit = int(match.group(1)), match.group(2)
+    return timedelta(**{{"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[unit]: amount})
+
+
+@dataclass(frozen=True)
+class Condition:
+    metric: str
+    aggregation: str
+    window: timedelta
+    op: str
+    threshold: float
+    by: tuple[str, ...]
+
+    def holds(self, value: float) -> bool:
+        """Compare a value with the threshold."""
+        t = self.threshold
+        return {">": value > t, ">=": value >= t, "<": value < t, "<=": value <= t, "==": value == t, "!=": value != t}[
+            self.op
+        ]
+
+
+@dataclass(frozen=True)
+class Automatic:
+    enabled: bool = False
+    cooldown: timedelta = timedelta(minutes=15)
+    max_attempts: int = 1
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    severity: Severity
+    why: str
+    condition: Condition
+    for_: timedelta
+    summary: str
+    description: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    runbook: str | None = None
+    runbook_params: dict[str, str] = field(default_factory=dict)
+    automatic: Automatic = Automatic()
+    source: str = ""
+
+    def render(self, template: str, labels: dict[str, str], value: float | None) -> str:
+        """Fill a summary/description template; a missing label renders as '?' rather than failing."""
+
+        class Missing(dict):
+            def __missing__(self, key: str) -> str:
+                return "?"
+
+        try:
+            return template.format_map(Missing(labels, value=value if value is not None else float("nan")))
+        except (ValueError, TypeError):
+            return template
+
+
+def _rule(data: Any, where: str, metrics: Iterable[str], runbooks: Iterable[str] | None) -> Rule:
+    if not isinstance(data, dict):
+        raise RuleError(f"{where}: each rule must be a mapping")
+    allowed = {"name", "severity", "why", "condition", "for", "labels", "summary", "description", "runbook",
+               "runbook_params", "automatic"}  # fmt: skip
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise RuleError(f"{where}: unknown field(s) {unknown}")
+    name = data.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise RuleError(f"{where}: 'name' must match {_NAME.pattern}")
+    where = f"{where} rule {name}"
+    try:
+        severity = Severity(data.get("severity"))
+    except ValueError:
+        raise RuleError(f"{where}: 'severity' must be P0, P1 or P2") from None
+    why = data.get("why")
+    if not isinstance(why, str) or not why.strip():
+        raise RuleError(f"{where}: 'why' must say why this severity was chosen")
+    cond = data.get("condition")
+    if not isinstance(cond, dict):
+        raise RuleError(f"{where}: 'condition' must be a mapping")
+    metric = cond.get("metric")
+    known = sorted(metrics)
+    if metric not in known:
+        raise RuleError(f"{where}: unknown metric {metric!r}; known: {known}")
+    aggregation = cond.get("aggregation", "avg")
+    if aggregation not in AGGREGATIONS:
+        raise RuleError(f"{where}: 'aggregation' must be one of {AGGREGATIONS}")
+    op = cond.get("op")
+    if op not in OPERATORS:
+        raise RuleError(f"{where}: 'op' must be one of {OPERATORS}")
+    threshold = cond.get("threshold")
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float):
+        raise RuleError(f"{where}: 'threshold' must be a number")
+    by = tuple(cond.get("by", ()))
+    if any(b not in GROUPINGS for b in by):
+        raise RuleError(f"{where}: 'by' may only name {GROUPINGS}")
+    extra = sorted(set(cond) - {"metric", "aggregation", "window", "op", "threshold", "by"})
+    if extra:
+        raise RuleError(f"{where}: unknown condition field(s) {extra}")
+    runbook = data.get("runbook")
+    if runbook is not None and runbooks is not None and runbook not in set(runbooks):
+        raise RuleError(f"{where}: runbook {runbook!r} is not a registered runbook")
+    auto = data.get("automatic") or {}
+    if not isinstance(auto, dict):
+        raise RuleError(f"{where}: 'automatic' must be a mapping")
+    automatic = Automatic(
+        enabled=bool(auto.get("enabled", False)),
+        cooldown=parse_duration(auto.get("cooldown", "15m"), f"{where} automatic.cooldown"),
+        max_attempts=int(auto.get("max_attempts", 1)),
+    )
+    if automatic.enabled and runbook is None:
+        raise RuleError(f"{where}: 'automatic' needs a 'runbook' to run")
+    summary = data.get("summary")
+    if not isinstance(summary, str) or not summary:
+        raise RuleError(f"{where}: 'summary' is required")
+    return Rule(
+        name=name,
+        severity=severity,
+        why=why.strip(),
+        condition=Condition(
+            metric=metric,
+            aggregation=aggregation,
+            window=parse_duration(cond.get("window", "5m"), f"{where} condition.window"),
+            op=op,
+            threshold=float(threshold),
+            by=by,
+        ),
+        for_=parse_duration(data.get("for", "0s"), f"{where} for"),
+        summary=summary,
+        description=str(data.get("description", "")),
+        labels={str(k): str(v) for k, v in (data.get("labels") or {}).items()},
+        runbook=runbook,
+        runbook_params={str(k): str(v) for k, v in (data.get("runbook_params") or {}).items()},
+        automatic=automatic,
+        source=where,
+    )
+
+
+def load_rules(folder: Path, metrics: Iterable[str], runbooks: Iterable[str] | None = None) -> list[Rule]:
+    """Load and validate every `*.yaml` in `folder`; raise RuleError naming the first problem."""
+    metrics = list(metrics)
+    rules: list[Rule] = []
+    for path in sorted(folder.glob("*.yaml")):
+        try:
+            documents = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            raise RuleError(f"{path.name}: not valid YAML: {exc}") from None
+        if not isinstance(documents, dict) or not isinstance(documents.get("rules"), list):
+            raise RuleError(f"{path.name}: expected a mapping with a 'rules' list")
+        for i, data in enumerate(documents["rules"]):
+            rules.append(_rule(data, f"{path.name}[{i}]", metrics, runbooks))
+    names = [r.name for r in rules]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise RuleError(f"rule names must be unique; repeated: {duplicates}")
+    return rules

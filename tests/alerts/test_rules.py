@@ -1,0 +1,83 @@
+"""Alert rules: the default set loads; every mistake in a rule file is named."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from alerts.rules import LIVE_METRICS, RuleError, load_rules, parse_duration
+from alerts.states import Severity
+from controlplane.history.query import METRICS
+
+RULES = Path(__file__).resolve().parents[2] / "alerts" / "rules"
+KNOWN = [*METRICS, *LIVE_METRICS]
+RUNBOOKS = ["rollback", "drain_reload", "compact_memory", "set_batching", "shed_load", "diagnostics"]
+
+
+def test_the_default_rule_set_covers_what_the_issue_asks_and_says_why() -> None:
+    rules = {r.name: r for r in load_rules(RULES, KNOWN, RUNBOOKS)}
+    metrics = {r.condition.metric for r in rules.values()}
+    assert {"engine_ready", "error_rate", "timeout_rate", "p99", "queue_fill", "rejection_rate", "gpu_memory_fill",
+            "gpu_utilization", "fragmentation", "versions_live", "auto_rollbacks", "notification_failures"} <= metrics  # fmt: skip
+    assert rules["engine_not_ready"].severity is Severity.P0
+    assert all(len(r.why) > 20 for r in rules.values())
+    assert all(r.runbook in RUNBOOKS for r in rules.values())
+    rollback = rules["high_error_rate"]
+    assert rollback.automatic.enabled and rollback.automatic.cooldown == timedelta(minutes=15)
+    assert rollback.render(rollback.summary, {"model": "textcls", "version": "2"}, 0.123) == (
+        "textcls v2: 12.3% of requests fail"
+    )
+
+
+def write(tmp_path: Path, body: str) -> Path:
+    (tmp_path / "x.yaml").write_text(body)
+    return tmp_path
+
+
+GOOD = """
+rules:
+  - name: r
+    severity: P1
+    why: because it matters to someone
+    condition: {metric: p99, aggregation: max, window: 5m, op: ">", threshold: 100}
+    for: 1m
+    summary: s
+    runbook: rollback
+"""
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("metric: p99", "metric: p98"), "unknown metric 'p98'"),
+        (("window: 5m", "window: five"), "duration must look like 30s"),
+        (("for: 1m", "for: 1w"), "duration must look like"),
+        (("runbook: rollback", "runbook: reboot_everything"), "'reboot_everything' is not a registered runbook"),
+        (("severity: P1", "severity: P4"), "'severity' must be P0, P1 or P2"),
+        (('op: ">"', 'op: "=>"'), "'op' must be one of"),
+        (("threshold: 100", "threshold: high"), "'threshold' must be a number"),
+        (("why: because it matters to someone", "why: ''"), "'why' must say why"),
+        (("name: r", "name: R!"), "'name' must match"),
+        (("summary: s", "summry: s"), "unknown field(s) ['summry']"),
+    ],
+)
+def test_mistakes_are_refused_with_the_file_rule_and_field(
+    tmp_path: Path, change: tuple[str, str], message: str
+) -> None:
+    folder = write(tmp_path, GOOD.replace(*change))
+    with pytest.raises(RuleError) as refused:
+        load_rules(folder, KNOWN, RUNBOOKS)
+    assert message in str(refused.value) and "x.yaml" in str(refused.value)
+
+
+def test_broken_yaml_duplicates_and_automatic_without_runbook(tmp_path: Path) -> None:
+    with pytest.raises(RuleError, match="not valid YAML"):
+        load_rules(write(tmp_path, "rules: [\n"), KNOWN, RUNBOOKS)
+    with pytest.raises(RuleError, match="repeated: \\['r'\\]"):
+        load_rules(write(tmp_path, GOOD + GOOD.replace("rules:\n", "")), KNOWN, RUNBOOKS)
+    automatic = GOOD.replace("    runbook: rollback\n", "    automatic: {enabled: true}\n")
+    with pytest.raises(RuleError, match="'automatic' needs a 'runbook'"):
+        load_rules(write(tmp_path, automatic), KNOWN, RUNBOOKS)
+    assert parse_duration("90s", "x") == timedelta(seconds=90)
