@@ -61,12 +61,21 @@ class Lease(Base):
 
 
 # NOTE: imported last, so each module can subclass Base; every table must be listed here.
+from controlplane.models.alerting import (  # noqa: E402
+    AlertEvent,
+    AlertRecord,
+    OutboxMessage,
+    Receiver,
+    SilenceRecord,
+)
 from controlplane.models.auth import ApiToken, AuditEvent, User  # noqa: E402
 from controlplane.models.history import DeviceSample, SlotSample  # noqa: E402
 from controlplane.models.registry import ModelVersion  # noqa: E402
 from controlplane.models.rollout import Deployment, Rollout, RolloutMeasurement, SlotStatus  # noqa: E402
 
 __all__ = [
+    "AlertEvent",
+    "AlertRecord",
     "ApiToken",
     "AuditEvent",
     "Base",
@@ -75,8 +84,11 @@ __all__ = [
     "Lease",
     "ModelVersion",
     "NAMING_CONVENTION",
+    "OutboxMessage",
+    "Receiver",
     "Rollout",
     "RolloutMeasurement",
+    "SilenceRecord",
     "SlotSample",
     "SlotStatus",
     "User",

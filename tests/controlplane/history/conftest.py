@@ -3,26 +3,13 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import numpy as np
-import pytest
 
-from controlplane.db import make_engine, session_factory
-from controlplane.migrate import upgrade
 from controlplane.models import SlotSample
 from serving.histogram import Histogram
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def sessions(tmp_path: Path):
-    url = f"sqlite:///{tmp_path / 'history.db'}"
-    upgrade(url)
-    engine = make_engine(url)
-    yield session_factory(engine)
-    engine.dispose()
 
 
 def slot_row(

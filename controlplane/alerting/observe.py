@@ -1,0 +1,124 @@
+"""What a rule's condition sees: one value per label set, from the history and the live state."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from alerts.rules import Rule
+from controlplane.history.query import DEVICE_METRICS, SLOT_METRICS, SlotAggregate
+from controlplane.models import AuditEvent, Deployment, DeviceSample, OutboxMessage, SlotSample
+from controlplane.rollout.service import active_rollout
+
+Key = tuple[tuple[str, str], ...]
+
+
+def _key(labels: dict[str, str], by: tuple[str, ...]) -> Key:
+    return tuple((name, labels.get(name, "")) for name in by)
+
+
+def _combine(values: list[float], aggregation: str) -> float | None:
+    if not values:
+        return None
+    if aggregation == "max":
+        return max(values)
+    if aggregation == "min":
+        return min(values)
+    if aggregation == "sum":
+        return sum(values)
+    if aggregation == "last":
+        return values[-1]
+    return sum(values) / len(values)
+
+
+def _slot_metric(session: Session, rule: Rule, now: datetime) -> dict[Key, float]:
+    c = rule.condition
+    start = now - c.window
+    rows = session.scalars(
+        select(SlotSample).where(SlotSample.ts > start, SlotSample.ts <= now).order_by(SlotSample.ts)
+    )
+    if c.aggregation == "avg":
+        # NOTE: one aggregate over the window (errors / requests), not an average of per-interval ratios.
+        merged: dict[Key, SlotAggregate] = defaultdict(SlotAggregate)
+        for row in rows:
+            merged[_key({"model": row.model, "version": row.version, "slot": row.slot}, c.by)].add(row)
+        seconds = c.window.total_seconds()
+        return {k: v for k, agg in merged.items() if (v := agg.value(c.metric, seconds)) is not None}
+    points: dict[Key, dict[datetime, SlotAggregate]] = defaultdict(lambda: defaultdict(SlotAggregate))
+    for row in rows:
+        points[_key({"model": row.model, "version": row.version, "slot": row.slot}, c.by)][row.ts].add(row)
+    result = {}
+    for key, by_time in points.items():
+        values = [v for _, agg in sorted(by_time.items()) if (v := agg.value(c.metric, 10.0)) is not None]
+        combined = _combine(values, c.aggregation)
+        if combined is not None:
+            result[key] = combined
+    return result
+
+
+def _device_metric(session: Session, rule: Rule, now: datetime) -> dict[Key, float]:
+    c = rule.condition
+    wanted_cpu = c.metric in ("fragmentation", "heap_reserved", "rss")
+    query = select(DeviceSample).where(DeviceSample.ts > now - c.window, DeviceSample.ts <= now)
+    query = query.where(DeviceSample.device == "cpu") if wanted_cpu else query.where(DeviceSample.device != "cpu")
+    values: dict[Key, list[float]] = defaultdict(list)
+    for row in session.scalars(query.order_by(DeviceSample.ts)):
+        value = {
+            "gpu_utilization": row.utilization,
+            "gpu_memory_used": row.memory_used_bytes,
+            "gpu_memory_total": row.memory_total_bytes,
+            "gpu_memory_fill": row.memory_used_bytes / row.memory_total_bytes
+            if row.memory_used_bytes is not None and row.memory_total_bytes
+            else None,
+            "fragmentation": row.fragmentation,
+            "heap_reserved": row.reserved_bytes,
+            "rss": row.memory_used_bytes,
+        }[c.metric]
+        if value is not None:
+            values[_key({"device": row.device}, c.by)].append(float(value))
+    return {k: v for k, vs in values.items() if (v := _combine(vs, c.aggregation)) is not None}
+
+
+def observe(
+    session: Session, rule: Rule, now: datetime, *, engine_ready: Callable[[], bool], max_queue_size: int
+) -> dict[Key, float]:
+    """Return the value of a rule's metric for every label set it groups by."""
+    c = rule.condition
+    if c.metric in SLOT_METRICS:
+        return _slot_metric(session, rule, now)
+    if c.metric in DEVICE_METRICS or c.metric == "gpu_memory_fill":
+        return _device_metric(session, rule, now)
+    if c.metric == "engine_ready":
+        return {(): 1.0 if engine_ready() else 0.0}
+    if c.metric == "queue_fill":
+        shifted = replace(rule, condition=replace(c, metric="queue_depth_max"))
+        return {k: v / max_queue_size for k, v in _slot_metric(session, shifted, now).items()}
+    if c.metric == "versions_live":
+        result = {}
+        for deployment in session.scalars(select(Deployment)):
+            if active_rollout(session, deployment.model) is None:
+                live = sum(
+                    1 for slot in ("blue", "green") if deployment.version_in(slot) and deployment.weights()[slot] > 0
+                )
+                result[_key({"model": deployment.model}, c.by)] = float(live)
+        return result
+    if c.metric == "auto_rollbacks":
+        rows = session.execute(
+            select(AuditEvent.target, func.count())
+            .where(AuditEvent.action == "rollout.auto_rollback", AuditEvent.ts > now - c.window)
+            .group_by(AuditEvent.target)
+        ).all()
+        return {_key({"model": target}, c.by): float(count) for target, count in rows}
+    if c.metric == "notification_failures":
+        count = session.scalar(
+            select(func.count())
+            .select_from(OutboxMessage)
+            .where(OutboxMessage.last_error != "", OutboxMessage.created_at > now - c.window)
+        )
+        return {(): float(count or 0)}
+    raise KeyError(c.metric)

@@ -1,0 +1,98 @@
+"""The evaluator over real history rows in a real SQLite file: state, timeline, outbox, silences."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from alerts.rules import LIVE_METRICS, load_rules
+from controlplane.alerting.evaluator import AlertEvaluator, EvaluatorSettings
+from controlplane.history.query import METRICS
+from controlplane.models import AlertEvent, AlertRecord, OutboxMessage, Receiver, SilenceRecord
+from tests.controlplane.history.conftest import T0, latencies, slot_row
+
+RULES = Path(__file__).resolve().parents[3] / "alerts" / "rules"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def evaluator(sessions):
+    rules = [r for r in load_rules(RULES, [*METRICS, *LIVE_METRICS]) if r.name == "high_error_rate"]
+    clock = Clock()
+    with sessions() as s, s.begin():
+        s.add(Receiver(name="chat", kind="slack", config={"url": "https://hooks.example/x"}, severities=["P0", "P1"],
+                       matchers=[], enabled=True, created_at=T0))  # fmt: skip
+    runs = []
+    ev = AlertEvaluator(
+        sessions, rules, EvaluatorSettings(console_url="http://console"), engine_ready=lambda: True,
+        run_automatic=lambda rule, row: runs.append((rule.runbook, row.labels["model"])) or f"run-{len(runs)}",
+        clock=clock,
+    )  # fmt: skip
+    return ev, clock, runs
+
+
+def traffic(sessions, at, errors: int, n: int = 200) -> None:
+    with sessions() as s, s.begin():
+        s.add(slot_row(at, latencies(int(at.timestamp()) % 1000, n), errors=errors))
+
+
+def test_errors_fire_after_for_queue_one_message_and_run_the_runbook_once(sessions, evaluator) -> None:
+    ev, clock, runs = evaluator
+    for minute in range(4):
+        traffic(sessions, T0 + timedelta(minutes=minute, seconds=30), errors=40)
+    clock.now = T0 + timedelta(minutes=1)
+    assert ev.run()["changed"] == 1  # pending
+    clock.now = T0 + timedelta(minutes=3, seconds=30)
+    counts = ev.run()
+    assert counts == {"changed": 1, "queued": 1, "suppressed": 0, "automatic": 1}
+    with sessions() as s:
+        alert = s.scalars(select(AlertRecord)).one()
+        assert (alert.state, alert.labels["model"], alert.labels["version"]) == ("firing", "textcls", "1")
+        assert alert.summary == "textcls v1: 20.0% of requests fail"
+        message = s.scalars(select(OutboxMessage)).one()
+        payload = message.payload["alerts"][0]
+        assert message.receiver == "chat" and message.status == "firing" and message.state == "pending"
+        assert payload["severity"] == "P0" and payload["value"] == pytest.approx(0.2)
+        assert payload["runbook_command"] == "python runbooks/rollback.py --model textcls"
+        assert payload["console_url"] == f"http://console/alerts/{alert.fingerprint}"
+        kinds = [e.kind for e in s.scalars(select(AlertEvent).order_by(AlertEvent.id))]
+    assert kinds == ["state", "state", "notified", "runbook"]
+    assert runs == [("rollback", "textcls")]
+    clock.now += timedelta(minutes=1)
+    assert ev.run()["automatic"] == 0  # max_attempts 1: not run again
+    # Healthy traffic resolves it and queues the resolved message.
+    for minute in range(6):
+        traffic(sessions, clock.now + timedelta(minutes=minute, seconds=10), errors=0)
+    clock.now += timedelta(minutes=6)
+    assert ev.run()["queued"] == 1
+    with sessions() as s:
+        assert s.scalars(select(AlertRecord)).one().state == "resolved"
+        statuses = [m.status for m in s.scalars(select(OutboxMessage).order_by(OutboxMessage.id))]
+    assert statuses == ["firing", "resolved"]
+
+
+def test_a_silence_keeps_the_state_but_queues_nothing(sessions, evaluator) -> None:
+    ev, clock, _ = evaluator
+    with sessions() as s, s.begin():
+        s.add(SilenceRecord(matchers=[{"label": "model", "value": "textcls"}], starts_at=T0, ends_at=T0 + timedelta(hours=1),
+                            author="alice", comment="known issue", created_at=T0))  # fmt: skip
+    for minute in range(4):
+        traffic(sessions, T0 + timedelta(minutes=minute, seconds=30), errors=40)
+    clock.now = T0 + timedelta(minutes=1)
+    ev.run()
+    clock.now = T0 + timedelta(minutes=3, seconds=30)
+    counts = ev.run()
+    assert counts["queued"] == 0 and counts["suppressed"] == 1
+    with sessions() as s:
+        assert s.scalars(select(AlertRecord)).one().state == "firing"
+        assert s.scalars(select(OutboxMessage)).all() == []
