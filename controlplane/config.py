@@ -106,6 +106,12 @@ class Settings:
     login_lockout_s: float = _setting(
         30.0, "First refusal period after LOGIN_MAX_FAILURES; doubles with each further failure, up to 64 times."
     )
+    public_url: str = _setting(
+        "", "The console's address as people reach it, for links in alerts (empty: http://HOST:PORT)."
+    )
+    alert_interval_s: float = _setting(15.0, "How often the scheduler leader evaluates alert rules.")
+    alert_repeat_h: float = _setting(4.0, "Hours before a still-firing, unacknowledged alert is sent again.")
+    alert_rules_dir: str = _setting("", "Folder of alert rule YAML files (empty: the shipped alerts/rules).")
     reconcile_poll_ms: float = _setting(25.0, "How often each process checks the desired state written by others.")
     rollout_tick_s: float = _setting(1.0, "How often the scheduler leader advances rollouts (steps, analysis).")
     rollout_pause_s: float = _setting(60.0, "Default time a canary step takes traffic before it is analysed.")
@@ -149,6 +155,11 @@ class Settings:
             scale_down_delay_s=self.scale_down_delay_s,
             rollback_window_s=self.rollback_window_s,
         )
+
+    @property
+    def console_url(self) -> str:
+        """Return the base URL for links people follow from chat."""
+        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
 
     @property
     def http_threads(self) -> int:
@@ -216,7 +227,13 @@ class Settings:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{PREFIX}{name.upper()} must be at least 1")
-        for name in ("history_interval_s", "retention_interval_s", "rollout_tick_s", "reconcile_poll_ms"):
+        for name in (
+            "history_interval_s",
+            "retention_interval_s",
+            "rollout_tick_s",
+            "reconcile_poll_ms",
+            "alert_interval_s",
+        ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{PREFIX}{name.upper()} must be positive")
         for name in (

@@ -214,6 +214,56 @@ PATHS: dict[str, dict[str, Any]] = {
             "responses": {"200": _ok("The version"), "400": _ERR, **_AUTH, "404": _ERR},
         }
     },
+    "/api/alerts": {
+        "get": {
+            "summary": "Alerts, most urgent first",
+            "parameters": [
+                _query("state", {"type": "string", "enum": ["inactive", "pending", "firing", "resolved"]}, "Filter")
+            ],
+            "responses": {"200": _ok("Alerts"), "400": _BAD},
+        }
+    },
+    "/api/alerts/{fingerprint}": {
+        "get": {
+            "summary": "One alert with its timeline",
+            "parameters": [_path("fingerprint", "Alert fingerprint")],
+            "responses": {"200": _ok("Alert"), "404": _ERR},
+        }
+    },
+    "/api/alerts/{fingerprint}/ack": {
+        "post": {
+            "summary": "Acknowledge a firing alert (stops repeats)",
+            "parameters": [_path("fingerprint", "Alert fingerprint")],
+            "responses": {"200": _ok("Alert"), **_AUTH, "404": _ERR, "409": _ERR},
+        }
+    },
+    "/api/silences": {
+        "get": {"summary": "Silences, newest first", "responses": {"200": _ok("Silences")}},
+        "post": {
+            "summary": "Mute matching alerts' notifications for a while",
+            "requestBody": _json_body(
+                {
+                    "type": "object",
+                    "required": ["matchers", "comment"],
+                    "properties": {
+                        "matchers": {"type": "array", "items": {"type": "object"}},
+                        "comment": {"type": "string"},
+                        "duration": {"type": "string", "example": "2h"},
+                        "starts_at": {"type": "string"},
+                        "ends_at": {"type": "string"},
+                    },
+                }
+            ),
+            "responses": {"201": _ok("Silence"), "400": _BAD, **_AUTH},
+        },
+    },
+    "/api/silences/{silence_id}": {
+        "delete": {
+            "summary": "End a silence now",
+            "parameters": [_path("silence_id", "Silence id", {"type": "integer"})],
+            "responses": {"200": _ok("Silence"), **_AUTH, "404": _ERR},
+        }
+    },
     "/api/models/{name}/deploy": {
         "post": {
             "summary": "Start a rollout: load into the idle slot, verify, then canary steps or a blue-green switch",

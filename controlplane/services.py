@@ -10,15 +10,19 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 from sqlalchemy import Engine as DbEngine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from alerts.rules import LIVE_METRICS, Rule, load_rules
 from controlplane import metrics
+from controlplane.alerting.evaluator import AlertEvaluator, EvaluatorSettings
 from controlplane.config import Settings
 from controlplane.db import make_engine, session_factory
+from controlplane.history.query import METRICS
 from controlplane.history.retention import apply_retention
 from controlplane.history.sampler import HistorySampler
 from controlplane.history.service import HistoryService
@@ -46,6 +50,7 @@ class Services:
     sampler: HistorySampler
     reconciler: Reconciler
     locate: Callable[[str, str], Path]
+    alerts: AlertEvaluator
 
     def refresh_gauges(self) -> None:
         """Publish readiness, traffic weights and GPU readings (called before each scrape)."""
@@ -85,6 +90,16 @@ def _retention(sessions: sessionmaker[Session], settings: Settings) -> None:
         apply_retention(session, utcnow(), settings.retention)
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_alert_rules(settings: Settings) -> list[Rule]:
+    """Load and validate the alert rules; a broken rule file stops the start with its reason."""
+    folder = Path(settings.alert_rules_dir) if settings.alert_rules_dir else ROOT / "alerts" / "rules"
+    runbooks = sorted(p.stem for p in (ROOT / "runbooks").glob("[!_]*.py")) or None
+    return load_rules(folder, [*METRICS, *LIVE_METRICS], runbooks)
+
+
 def build_services(settings: Settings, *, start_scheduler: bool | None = None) -> Services:
     """Build and start every long-lived part of one serving process."""
     check_single_distribution()
@@ -117,7 +132,19 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
     )
     reconciler.start()  # the first pass is synchronous: the models are loaded before the app serves
     sampler = HistorySampler(engine, sessions, process=process)
-    services = Services(settings, engine, db, sessions, None, HistoryService(sessions), sampler, reconciler, locate)
+    evaluator = AlertEvaluator(
+        sessions,
+        load_alert_rules(settings),
+        EvaluatorSettings(
+            repeat_interval=timedelta(hours=settings.alert_repeat_h),
+            console_url=settings.console_url,
+            max_queue_size=settings.max_queue_size,
+        ),
+        engine_ready=engine.ready,
+    )
+    services = Services(
+        settings, engine, db, sessions, None, HistoryService(sessions), sampler, reconciler, locate, evaluator
+    )
     if settings.scheduler if start_scheduler is None else start_scheduler:
         scheduler = LeaderScheduler(sessions, settings.lease_ttl_s)
         scheduler.add_local_job(sampler.sample, settings.history_interval_s, "history-sample")
@@ -125,6 +152,7 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
             lambda: _retention(sessions, settings), settings.retention_interval_s, "history-retention"
         )
         scheduler.add_cluster_job(services.advance_rollouts, settings.rollout_tick_s, "rollout-controller")
+        scheduler.add_cluster_job(evaluator.run, settings.alert_interval_s, "alert-evaluator")
         scheduler.start()
         services.scheduler = scheduler
     services.refresh_gauges()

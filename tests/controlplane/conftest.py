@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from controlplane.auth import Role
+from controlplane.auth import tokens as token_service
+from controlplane.auth import users as user_service
 from controlplane.db import make_engine, session_factory
 from controlplane.migrate import upgrade
 
@@ -17,3 +21,22 @@ def sessions(tmp_path: Path):
     engine = make_engine(url)
     yield session_factory(engine)
     engine.dispose()
+
+
+def token_for(app, name: str, role: Role) -> dict[str, str]:
+    """Create a user with `role` and return the Authorization header of a token of theirs."""
+    with app.extensions["flightdeck"].sessions() as session:
+        user = user_service.create_user(session, name, "a-long-password-1", role, datetime.now(UTC))
+        _, secret = token_service.create_token(session, user, "test", role, datetime.now(UTC))
+        session.commit()
+    return {"Authorization": f"Bearer {secret}"}
+
+
+@pytest.fixture
+def operator(app) -> dict[str, str]:
+    return token_for(app, "otto", Role.OPERATOR)
+
+
+@pytest.fixture
+def viewer(app) -> dict[str, str]:
+    return token_for(app, "vic", Role.VIEWER)

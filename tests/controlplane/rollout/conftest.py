@@ -1,35 +1,10 @@
-"""Accounts for rollout tests: tokens made through the real auth service."""
+"""Rollout tests serve only the small model (accounts come from tests/controlplane/conftest.py)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import pytest
-
-from controlplane.auth import Role
-from controlplane.auth import tokens as token_service
-from controlplane.auth import users as user_service
 
 
 @pytest.fixture
 def app_config(home) -> dict:
     return {"home": str(home), "scheduler": False, "log_sample_rate": 0.0, "load_models": "mlp"}
-
-
-def token_for(app, name: str, role: Role) -> dict[str, str]:
-    """Create a user with `role` and return the Authorization header of a token of theirs."""
-    with app.extensions["flightdeck"].sessions() as session:
-        user = user_service.create_user(session, name, "a-long-password-1", role, datetime.now(UTC))
-        _, secret = token_service.create_token(session, user, "test", role, datetime.now(UTC))
-        session.commit()
-    return {"Authorization": f"Bearer {secret}"}
-
-
-@pytest.fixture
-def operator(app) -> dict[str, str]:
-    return token_for(app, "otto", Role.OPERATOR)
-
-
-@pytest.fixture
-def viewer(app) -> dict[str, str]:
-    return token_for(app, "vic", Role.VIEWER)
