@@ -8,7 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.history import query
-from controlplane.models import Rollout, RolloutMeasurement
+from controlplane.models import AlertEvent, AlertRecord, Rollout, RolloutMeasurement
 
 
 class HistoryService:
@@ -42,7 +42,7 @@ class HistoryService:
             return query.batch_distribution(session, start, end, model)
 
     def markers(self, start: datetime, end: datetime, model: str | None = None) -> list[dict]:
-        """Return rollout starts, step verdicts and endings to mark on time axes (alert firings join later)."""
+        """Return rollout starts, step verdicts and endings, and alert firings, to mark on time axes."""
         with self._sessions() as session:
             rollouts = select(Rollout).where(
                 (Rollout.created_at.between(start, end)) | (Rollout.finished_at.between(start, end))
@@ -71,4 +71,13 @@ class HistoryService:
             for m, r in session.execute(steps):
                 text = f"{r.model} {r.to_version} step {m.step_index + 1}: {m.verdict}"
                 marks.append({"time": m.ts.isoformat(), "kind": "rollout", "text": text})
+            firings = (
+                select(AlertEvent, AlertRecord)
+                .join(AlertRecord, AlertEvent.fingerprint == AlertRecord.fingerprint)
+                .where(AlertEvent.kind == "state", AlertEvent.state == "firing", AlertEvent.ts.between(start, end))
+            )
+            for event, alert in session.execute(firings):
+                if model is None or alert.labels.get("model") in (None, model):
+                    text = f"{alert.severity} {alert.rule}: {alert.summary}"
+                    marks.append({"time": event.ts.isoformat(), "kind": "alert", "text": text})
         return sorted(marks, key=lambda mark: mark["time"])
