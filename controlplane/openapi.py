@@ -264,6 +264,29 @@ PATHS: dict[str, dict[str, Any]] = {
             "responses": {"200": _ok("Silence"), **_AUTH, "404": _ERR},
         }
     },
+    "/api/receivers": {
+        "get": {"summary": "Chat receivers (secrets and full URLs never shown)", "responses": {"200": _ok("Receivers")}}
+    },
+    "/api/receivers/{name}": {
+        "put": {
+            "summary": "Create or replace a receiver",
+            "parameters": [_path("name", "Receiver name")],
+            "requestBody": _json_body({"type": "object", "required": ["kind", "config"]}),
+            "responses": {"200": _ok("Receiver"), "400": _BAD, **_AUTH},
+        },
+        "delete": {
+            "summary": "Delete a receiver",
+            "parameters": [_path("name", "Receiver name")],
+            "responses": {"204": {"description": "Deleted"}, **_AUTH, "404": _ERR},
+        },
+    },
+    "/api/receivers/{name}/test": {
+        "post": {
+            "summary": "Send a test message now",
+            "parameters": [_path("name", "Receiver name")],
+            "responses": {"200": _ok("What the service answered"), **_AUTH, "404": _ERR},
+        }
+    },
     "/api/models/{name}/deploy": {
         "post": {
             "summary": "Start a rollout: load into the idle slot, verify, then canary steps or a blue-green switch",

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from alerts.rules import LIVE_METRICS, Rule, load_rules
 from controlplane import metrics
 from controlplane.alerting.evaluator import AlertEvaluator, EvaluatorSettings
+from controlplane.alerting.outbox import deliver_due
 from controlplane.config import Settings
 from controlplane.db import make_engine, session_factory
 from controlplane.history.query import METRICS
@@ -153,6 +154,7 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         )
         scheduler.add_cluster_job(services.advance_rollouts, settings.rollout_tick_s, "rollout-controller")
         scheduler.add_cluster_job(evaluator.run, settings.alert_interval_s, "alert-evaluator")
+        scheduler.add_cluster_job(lambda: deliver_due(sessions), settings.outbox_interval_s, "alert-outbox")
         scheduler.start()
         services.scheduler = scheduler
     services.refresh_gauges()

@@ -10,12 +10,15 @@ from flask import Blueprint, Response, jsonify, request
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from alerts.states import AlertState
+from alerts.notifiers import make_notifier
+from alerts.notifiers.base import Alert, Notification
+from alerts.notifiers.delivery import deliver
+from alerts.states import AlertState, Severity
 from controlplane.auth import Role, current_actor, record_event, require_role
 from controlplane.db import get_db
 from controlplane.errors import ApiError, Conflict, NotFound
 from controlplane.history.api import parse_time
-from controlplane.models import AlertEvent, AlertRecord, SilenceRecord
+from controlplane.models import AlertEvent, AlertRecord, Receiver, SilenceRecord
 from controlplane.scheduler import utcnow
 
 bp = Blueprint("alerts", __name__, url_prefix="/api")
@@ -167,3 +170,79 @@ def expire_silence(silence_id: int) -> Response:
     _audit(session, "silence.expire", str(silence_id), "ok", {})
     session.commit()
     return jsonify(silence_json(row))
+
+
+def receiver_json(row: Receiver) -> dict[str, Any]:
+    """Describe a receiver without its secrets or its full URL."""
+    try:
+        shown = make_notifier(row.kind, row.config).describe()
+    except ValueError as exc:
+        shown = {"kind": row.kind, "error": str(exc)}
+    return {"name": row.name, "severities": row.severities, "matchers": row.matchers, "enabled": row.enabled, **shown}
+
+
+@bp.get("/receivers")
+def list_receivers() -> Response:
+    rows = get_db().scalars(select(Receiver).order_by(Receiver.name))
+    return jsonify({"receivers": [receiver_json(r) for r in rows]})
+
+
+@bp.put("/receivers/<name>")
+@require_role(Role.ADMIN, action="receiver.put")
+def put_receiver(name: str) -> Response:
+    """Create or replace a receiver: {kind, config: {url, secret?...}, severities: [P0, P1], matchers?}."""
+    if not _LABEL.match(name):
+        raise ApiError("a receiver name is letters, digits and underscores")
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict):
+        raise ApiError("the request body must be a JSON object")
+    kind, config = body.get("kind"), body.get("config")
+    if not isinstance(config, dict):
+        raise ApiError("'config' must be an object (url and the service's secrets)")
+    try:
+        make_notifier(str(kind), config)
+    except ValueError as exc:
+        raise ApiError(f"receiver config: {exc}") from None
+    severities = body.get("severities", ["P0", "P1", "P2"])
+    if not isinstance(severities, list) or not severities or set(severities) - {"P0", "P1", "P2"}:
+        raise ApiError("'severities' must list some of P0, P1, P2")
+    session = get_db()
+    row = session.get(Receiver, name) or Receiver(name=name, created_at=utcnow())
+    row.kind, row.config, row.severities = kind, config, severities
+    row.matchers = _matchers(body["matchers"]) if body.get("matchers") else []
+    row.enabled = bool(body.get("enabled", True))
+    session.add(row)
+    _audit(session, "receiver.put", name, "ok", {"kind": kind, "severities": severities})  # never the config
+    session.commit()
+    return jsonify(receiver_json(row))
+
+
+@bp.delete("/receivers/<name>")
+@require_role(Role.ADMIN, action="receiver.delete")
+def delete_receiver(name: str) -> tuple[str, int]:
+    session = get_db()
+    row = session.get(Receiver, name)
+    if row is None:
+        raise NotFound(f"no receiver {name!r}")
+    session.delete(row)
+    _audit(session, "receiver.delete", name, "ok", {})
+    session.commit()
+    return "", 204
+
+
+@bp.post("/receivers/<name>/test")
+@require_role(Role.OPERATOR, action="receiver.test")
+def test_receiver(name: str) -> Response:
+    """Send a test message now and say what the service answered."""
+    session = get_db()
+    row = session.get(Receiver, name)
+    if row is None:
+        raise NotFound(f"no receiver {name!r}")
+    now = utcnow()
+    notifier = make_notifier(row.kind, row.config)
+    alert = Alert(fingerprint="test", name="flightdeck_test", severity=Severity.P2, status="firing", starts_at=now,
+                  labels={"alertname": "flightdeck_test"}, annotations={"summary": f"Test message from Flightdeck to {name}"})  # fmt: skip
+    result = deliver(notifier, Notification(receiver=name, group_key="{test}", status="firing", alerts=[alert]), now)
+    _audit(session, "receiver.test", name, "ok" if result.ok else "error", {"error": result.error})
+    session.commit()
+    return jsonify({"ok": result.ok, "error": result.error, "retry_after_s": result.retry_after_s})

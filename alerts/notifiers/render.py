@@ -1,0 +1,91 @@
+"""Wording shared by the chat notifiers: headline, ordering, colours, clipping, fitting a size limit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import TypeVar
+
+from alerts.notifiers.base import Alert, Notification
+
+T = TypeVar("T")
+
+# Per-alert caps, so that one alert always fits every service's message limit.
+SUMMARY_CHARS = 300
+DESCRIPTION_CHARS = 500
+VALUE_CHARS = 120
+COMMAND_CHARS = 500
+
+# Colours as hex: red / orange / yellow while firing, green once resolved.
+FIRING_COLOURS = {"P0": "#D0021B", "P1": "#F5A623", "P2": "#F8E71C"}
+RESOLVED_COLOUR = "#2EB886"
+
+
+def ordered(alerts: Sequence[Alert]) -> list[Alert]:
+    """Firing before resolved, most severe first, oldest first: what to show when space runs out."""
+    return sorted(alerts, key=lambda a: (a.status != "firing", a.severity.rank, a.starts_at))
+
+
+def top_severity(notification: Notification) -> str:
+    """The most severe severity among the notification's alerts that share its status."""
+    alerts = [a for a in notification.alerts if a.status == notification.status]
+    return min(alerts, key=lambda a: a.severity.rank).severity.value
+
+
+def headline(notification: Notification) -> str:
+    """Say status, count, severity and name in one line, e.g. `[FIRING:2] P0 HighLatency`."""
+    alerts = ordered(notification.alerts)
+    name = notification.group_labels.get("alertname") or alerts[0].name
+    firing = sum(1 for a in alerts if a.status == "firing")
+    state = f"FIRING:{firing}" if firing else "RESOLVED"
+    return f"[{state}] {top_severity(notification)} {name}"
+
+
+def colour(notification: Notification) -> str:
+    """Green when resolved, else the colour of the most severe firing alert."""
+    if notification.status == "resolved":
+        return RESOLVED_COLOUR
+    return FIRING_COLOURS[top_severity(notification)]
+
+
+def state_word(alert: Alert) -> str:
+    """Say FIRING or RESOLVED."""
+    return "FIRING" if alert.status == "firing" else "RESOLVED"
+
+
+def utc(moment: datetime) -> datetime:
+    """The same instant in UTC; a naive datetime is taken to be UTC already."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def when(moment: datetime | None) -> str:
+    """A timestamp people read: `2024-05-01 12:00:05 UTC`."""
+    return "" if moment is None else utc(moment).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def clip(text: str, limit: int) -> str:
+    """Cut `text` to `limit` characters, marking the cut with an ellipsis."""
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
+
+
+def clip_bytes(text: str, limit: int) -> str:
+    """Cut `text` to at most `limit` UTF-8 bytes without splitting a character."""
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    return data[: max(0, limit - 3)].decode("utf-8", "ignore") + "…"
+
+
+def omitted(count: int) -> str:
+    """Say how many alerts a message had no room for."""
+    return f"…and {count} more alert{'' if count == 1 else 's'} not shown"
+
+
+def fit(render: Callable[[int], T], total: int, fits: Callable[[T], bool], most: int) -> T:
+    """Render the largest number of alerts (at most `most`) whose result still `fits`."""
+    shown = min(total, most)
+    result = render(shown)
+    while shown > 1 and not fits(result):
+        shown -= 1
+        result = render(shown)
+    return result

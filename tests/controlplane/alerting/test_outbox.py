@@ -1,0 +1,124 @@
+"""The outbox over a real HTTP receiver on 127.0.0.1: retries, Retry-After, nothing lost, secrets hidden."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from sqlalchemy import select
+
+from controlplane.alerting.outbox import deliver_due
+from controlplane.models import OutboxMessage, Receiver
+from tests.controlplane.history.conftest import T0
+
+
+class ChatServer:
+    """A webhook receiver that fails its first `failures` deliveries with 503 and Retry-After."""
+
+    def __init__(self, failures: int = 0) -> None:
+        self.failures = failures
+        self.received: list[dict] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if outer.failures > 0:
+                    outer.failures -= 1
+                    self.send_response(503)
+                    self.send_header("Retry-After", "120")
+                    self.end_headers()
+                    return
+                outer.received.append(json.loads(body))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> ChatServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def queue(sessions, url: str) -> None:
+    with sessions() as s, s.begin():
+        s.add(Receiver(name="chat", kind="webhook", config={"url": url, "allow_http": True}, severities=["P0"],
+                       matchers=[], enabled=True, created_at=T0))  # fmt: skip
+        alert = {"fingerprint": "f1", "name": "high_error_rate", "severity": "P0", "status": "firing",
+                 "labels": {"alertname": "high_error_rate", "model": "mlp"}, "annotations": {"summary": "mlp fails"},
+                 "value": 0.2, "starts_at": T0.isoformat(), "runbook_command": "python runbooks/rollback.py --model mlp",
+                 "console_url": "http://console/alerts/f1"}  # fmt: skip
+        s.add(OutboxMessage(receiver="chat", group_key='{alertname="high_error_rate"}', status="firing", state="pending",
+                            attempts=0, next_attempt_at=T0, created_at=T0,
+                            payload={"receiver": "chat", "group_key": '{alertname="high_error_rate"}', "status": "firing",
+                                     "alerts": [alert], "external_url": "http://console"}))  # fmt: skip
+
+
+def test_a_failing_receiver_delays_but_does_not_lose_the_message(sessions) -> None:
+    with ChatServer(failures=2) as chat:
+        queue(sessions, chat.url)
+        assert deliver_due(sessions, now=T0) == {"sent": 0, "retrying": 1, "failed": 0}
+        assert deliver_due(sessions, now=T0 + timedelta(seconds=60)) == {"sent": 0, "retrying": 0, "failed": 0}
+        with sessions() as s:
+            first_retry = s.scalars(select(OutboxMessage)).one().next_attempt_at
+        assert first_retry == T0 + timedelta(seconds=120)  # Retry-After beat the 30 s backoff
+        assert deliver_due(sessions, now=first_retry)["retrying"] == 1
+        with sessions() as s:
+            message = s.scalars(select(OutboxMessage)).one()
+        assert deliver_due(sessions, now=message.next_attempt_at) == {"sent": 1, "retrying": 0, "failed": 0}
+    (body,) = chat.received
+    assert body["version"] == "4" and body["status"] == "firing"
+    assert body["alerts"][0]["labels"]["model"] == "mlp" and body["alerts"][0]["fingerprint"]
+    with sessions() as s:
+        message = s.scalars(select(OutboxMessage)).one()
+        assert (message.state, message.attempts, message.last_error) == ("sent", 3, "")
+
+
+def test_a_removed_receiver_fails_the_message_with_the_reason(sessions) -> None:
+    queue(sessions, "http://127.0.0.1:9/hook")
+    with sessions() as s, s.begin():
+        s.delete(s.get(Receiver, "chat"))
+    assert deliver_due(sessions, now=T0) == {"sent": 0, "retrying": 0, "failed": 1}
+    with sessions() as s:
+        assert "missing or disabled" in s.scalars(select(OutboxMessage)).one().last_error
+
+
+@pytest.fixture
+def admin(app):
+    from controlplane.auth import Role
+    from tests.controlplane.conftest import token_for
+
+    return token_for(app, "ada", Role.ADMIN)
+
+
+def test_receivers_api_validates_hides_secrets_and_sends_a_test(client, admin, operator) -> None:
+    bad = client.put("/api/receivers/chat", json={"kind": "pager", "config": {"url": "https://x"}}, headers=admin)
+    assert bad.status_code == 400 and "receiver config" in bad.get_json()["error"]["message"]
+    assert (
+        client.put("/api/receivers/chat", json={"kind": "webhook", "config": {}}, headers=operator).status_code == 403
+    )
+    with ChatServer() as chat:
+        secret_url = chat.url + "?token=s3cr3t-value"
+        put = client.put(
+            "/api/receivers/chat",
+            json={"kind": "webhook", "config": {"url": secret_url, "allow_http": True}, "severities": ["P0"]},
+            headers=admin,
+        )
+        assert put.status_code == 200, put.get_json()
+        listed = client.get("/api/receivers").get_json()
+        assert "s3cr3t" not in json.dumps(listed) and listed["receivers"][0]["kind"] == "webhook"
+        sent = client.post("/api/receivers/chat/test", headers=operator).get_json()
+        assert sent == {"ok": True, "error": "", "retry_after_s": None}
+    assert chat.received[0]["alerts"][0]["labels"]["alertname"] == "flightdeck_test"
