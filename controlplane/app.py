@@ -16,6 +16,7 @@ from controlplane.history import api as history_api
 from controlplane.logconfig import configure_logging
 from controlplane.registry import api as registry_api
 from controlplane.rollout import api as rollout_api
+from controlplane.runbooks import api as runbooks_api
 from controlplane.services import Services, build_services
 
 
@@ -37,6 +38,7 @@ def create_app(config: Mapping[str, Any] | None = None, services: Services | Non
     app.register_blueprint(registry_api.bp)
     app.register_blueprint(rollout_api.bp)
     app.register_blueprint(alerts_api.bp)
+    app.register_blueprint(runbooks_api.bp)
 
     @app.before_request
     def _request_id() -> None:

@@ -11,6 +11,7 @@ from typing import Any
 from flask import Blueprint, Response, jsonify
 
 from controlplane.history.query import METRICS
+from controlplane.runbooks.states import RunState
 
 bp = Blueprint("openapi", __name__)
 
@@ -285,6 +286,99 @@ PATHS: dict[str, dict[str, Any]] = {
             "summary": "Send a test message now",
             "parameters": [_path("name", "Receiver name")],
             "responses": {"200": _ok("What the service answered"), **_AUTH, "404": _ERR},
+        }
+    },
+    "/api/runbooks": {
+        "get": {
+            "summary": "The registered runbooks' declarations (params, role, timeout, automatic, dangerous, steps)",
+            "responses": {"200": _ok("Runbooks, and scripts whose declarations are unusable")},
+        }
+    },
+    "/api/runbooks/{name}": {
+        "get": {
+            "summary": "One runbook's declaration",
+            "parameters": [_path("name", "Runbook name")],
+            "responses": {"200": _ok("Declaration"), "404": _ERR},
+        }
+    },
+    "/api/runbooks/{name}/runs": {
+        "post": {
+            "summary": "Run a runbook (operator); a dangerous one waits for a second operator's approval",
+            "security": _SECURED,
+            "parameters": [_path("name", "Runbook name")],
+            "requestBody": _json_body(
+                {
+                    "type": "object",
+                    "properties": {
+                        "params": {"type": "object", "description": "checked against the declaration"},
+                        "dry_run": {"type": "boolean", "description": "print what it would do; change nothing"},
+                        "from_step": {"type": "string", "description": "start at this step"},
+                        "reason": {"type": "string"},
+                    },
+                }
+            ),
+            "responses": {
+                "202": _ok("The run (queued/running, or awaiting_approval)"),
+                "400": _BAD,
+                **_AUTH,
+                "404": _ERR,
+                "409": _ERR,
+            },
+        }
+    },
+    "/api/runbooks/runs": {
+        "get": {
+            "summary": "Runbook runs, newest first",
+            "parameters": [
+                _query("runbook", {"type": "string"}, "Only this runbook's runs"),
+                _query(
+                    "state",
+                    {
+                        "type": "string",
+                        "enum": [s.value for s in RunState],
+                    },
+                    "Only runs in this state",
+                ),
+                _query("limit", {"type": "integer", "minimum": 1, "maximum": 500}, "At most this many (default 50)"),
+            ],
+            "responses": {"200": _ok("Runs"), "400": _BAD},
+        }
+    },
+    "/api/runbooks/runs/{run_id}": {
+        "get": {
+            "summary": "One run with its recorded steps and captured output",
+            "parameters": [_path("run_id", "Run id", {"type": "integer"})],
+            "responses": {"200": _ok("Run"), "404": _ERR},
+        }
+    },
+    "/api/runbooks/runs/{run_id}/approve": {
+        "post": {
+            "summary": "Approve a dangerous run as the second operator (never its requester); it starts at once",
+            "security": _SECURED,
+            "parameters": [_path("run_id", "Run id", {"type": "integer"})],
+            "responses": {"200": _ok("Run"), **_AUTH, "404": _ERR, "409": _ERR},
+        }
+    },
+    "/api/runbooks/runs/{run_id}/reject": {
+        "post": {
+            "summary": "Refuse a run that has not started (its requester may withdraw it)",
+            "security": _SECURED,
+            "parameters": [_path("run_id", "Run id", {"type": "integer"})],
+            "requestBody": {
+                "required": False,
+                "content": {
+                    "application/json": {"schema": {"type": "object", "properties": {"reason": {"type": "string"}}}}
+                },
+            },
+            "responses": {"200": _ok("Run"), **_AUTH, "404": _ERR, "409": _ERR},
+        }
+    },
+    "/api/runbooks/runs/{run_id}/resume": {
+        "post": {
+            "summary": "Run a failed or timed-out run again from the step it failed at",
+            "security": _SECURED,
+            "parameters": [_path("run_id", "Run id", {"type": "integer"})],
+            "responses": {"202": _ok("The new run"), **_AUTH, "404": _ERR, "409": _ERR},
         }
     },
     "/api/models/{name}/deploy": {

@@ -31,6 +31,8 @@ from controlplane.modelstore import prepare_home, startup_versions, version_fold
 from controlplane.rollout.audit import system_audit
 from controlplane.rollout.reconciler import Reconciler
 from controlplane.rollout.service import ensure_deployments, tick
+from controlplane.runbooks.automatic import alert_runner
+from controlplane.runbooks.runner import RunbookRunner, build_runner
 from controlplane.scheduler import LeaderScheduler, utcnow
 from serving.engine import Engine
 from serving.runtime import check_single_distribution
@@ -52,6 +54,7 @@ class Services:
     reconciler: Reconciler
     locate: Callable[[str, str], Path]
     alerts: AlertEvaluator
+    runbooks: RunbookRunner
 
     def refresh_gauges(self) -> None:
         """Publish readiness, traffic weights and GPU readings (called before each scrape)."""
@@ -73,6 +76,7 @@ class Services:
 
     def shutdown(self, grace_s: float | None = None) -> bool:
         """Drain the engine, stop the scheduler, write the last history rows, close the database."""
+        self.runbooks.shutdown()
         self.reconciler.stop()
         drained = self.engine.drain(grace_s)
         metrics.ENGINE_READY.set(0)
@@ -133,6 +137,7 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
     )
     reconciler.start()  # the first pass is synchronous: the models are loaded before the app serves
     sampler = HistorySampler(engine, sessions, process=process)
+    runbooks = build_runner(settings, sessions)
     evaluator = AlertEvaluator(
         sessions,
         load_alert_rules(settings),
@@ -142,9 +147,10 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
             max_queue_size=settings.max_queue_size,
         ),
         engine_ready=engine.ready,
+        run_automatic=alert_runner(runbooks),
     )
     services = Services(
-        settings, engine, db, sessions, None, HistoryService(sessions), sampler, reconciler, locate, evaluator
+        settings, engine, db, sessions, None, HistoryService(sessions), sampler, reconciler, locate, evaluator, runbooks
     )
     if settings.scheduler if start_scheduler is None else start_scheduler:
         scheduler = LeaderScheduler(sessions, settings.lease_ttl_s)
@@ -155,6 +161,7 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         scheduler.add_cluster_job(services.advance_rollouts, settings.rollout_tick_s, "rollout-controller")
         scheduler.add_cluster_job(evaluator.run, settings.alert_interval_s, "alert-evaluator")
         scheduler.add_cluster_job(lambda: deliver_due(sessions), settings.outbox_interval_s, "alert-outbox")
+        scheduler.add_cluster_job(runbooks.sweep, 2.0, "runbook-sweeper")
         scheduler.start()
         services.scheduler = scheduler
     services.refresh_gauges()

@@ -72,6 +72,7 @@ from controlplane.models.auth import ApiToken, AuditEvent, User  # noqa: E402
 from controlplane.models.history import DeviceSample, SlotSample  # noqa: E402
 from controlplane.models.registry import ModelVersion  # noqa: E402
 from controlplane.models.rollout import Deployment, Rollout, RolloutMeasurement, SlotStatus  # noqa: E402
+from controlplane.models.runbook import RunbookRun  # noqa: E402
 
 __all__ = [
     "AlertEvent",
@@ -88,6 +89,7 @@ __all__ = [
     "Receiver",
     "Rollout",
     "RolloutMeasurement",
+    "RunbookRun",
     "SilenceRecord",
     "SlotSample",
     "SlotStatus",

@@ -32,7 +32,9 @@ RUN_KEYS = frozenset({"params", "dry_run", "from_step", "reason"})
 def _setup(state: BlueprintSetupState) -> None:
     services = state.app.extensions["flightdeck"]
     if RUNNER not in state.app.extensions:
-        state.app.extensions[RUNNER] = build_runner(services.settings, services.sessions)
+        # NOTE: the composition root's runner when it has one (the alert evaluator needs the same one).
+        runner = getattr(services, "runbooks", None) or build_runner(services.settings, services.sessions)
+        state.app.extensions[RUNNER] = runner
 
 
 def _runner() -> RunbookRunner:
@@ -133,8 +135,8 @@ def start_run(name: str) -> tuple[Response, int]:
             from_step=body.get("from_step"), reason=reason,
         )  # fmt: skip
         session.commit()
-    if run.state == RunState.QUEUED.value:
-        runner.launch(run.id)
+    if run.state == RunState.QUEUED.value and runner.launch(run.id):
+        session.refresh(run)
     return jsonify(run_json(run)), 202
 
 
@@ -169,7 +171,8 @@ def approve_run(run_id: int) -> Response:
     with _refusals_recorded(session, "runbook.approve", str(run_id)):
         run = runner.approve(session, run_id, _actor())
         session.commit()
-    runner.launch(run.id)
+    if runner.launch(run.id):
+        session.refresh(run)
     return jsonify(run_json(run))
 
 
@@ -195,6 +198,6 @@ def resume_run(run_id: int) -> tuple[Response, int]:
     with _refusals_recorded(session, "runbook.resume", str(run_id)):
         run = runner.resume(session, run_id, actor, _trigger(actor))
         session.commit()
-    if run.state == RunState.QUEUED.value:
-        runner.launch(run.id)
+    if run.state == RunState.QUEUED.value and runner.launch(run.id):
+        session.refresh(run)
     return jsonify(run_json(run)), 202

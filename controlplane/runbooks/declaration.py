@@ -56,13 +56,14 @@ class Param:
     def check(self, value: Any) -> Any:
         """Return `value` in its declared type, or raise BadArguments naming the parameter."""
         value = self._typed(value)
+        # NOTE: checked for every type, first: a word starting with '-' could be read as an option.
+        if self.type != "bool" and self.argument(value).startswith("-"):
+            raise BadArguments(f"'{self.name}' may not start with '-'; got {value!r}")
         if isinstance(value, str):
             if len(value) > MAX_STRING or _CONTROL.search(value):
                 raise BadArguments(f"'{self.name}' must be at most {MAX_STRING} printable characters")
             if self.pattern is not None and not re.fullmatch(self.pattern, value):
                 raise BadArguments(f"'{self.name}' must match {self.pattern}; got {value!r}")
-        if self.type != "bool" and self.argument(value).startswith("-"):
-            raise BadArguments(f"'{self.name}' may not start with '-'; got {value!r}")
         if self.min is not None and value < self.min or self.max is not None and value > self.max:
             raise BadArguments(f"'{self.name}' must be between {self.min} and {self.max}; got {value!r}")
         if self.choices is not None and value not in self.choices:

@@ -51,6 +51,7 @@ APPROVAL_TIMEOUT_S = 900.0
 QUEUE_TIMEOUT_S = 300.0  # a queued run no process started by then expires
 TOKEN_MARGIN_S = 60  # a run's token outlives its timeout by this much; a running row is presumed lost after it
 MAX_LIST = 500
+MAX_DONE_KEPT = 256
 
 
 def _target(run: RunbookRun) -> str:
@@ -237,7 +238,10 @@ class RunbookRunner:
         thread.daemon = True
         with self._lock:
             self._running[run_id], self._threads[run_id], self._done[run_id] = process, thread, done
+            for old in [k for k, event in self._done.items() if event.is_set()][:-MAX_DONE_KEPT]:
+                del self._done[old]  # keep wait() working for recent runs without growing for ever
         thread.start()
+        log.info("runbook run %d started: %s", run_id, " ".join(argv[1:]))
         return True
 
     def launch_queued(self) -> list[int]:
@@ -429,7 +433,8 @@ class RunbookRunner:
             elif outcome.exit_code == 0:
                 event, error = "succeed", ""
             else:
-                failed = next((s for s in outcome.steps if s["status"] == "failed"), None)
+                # The last failed step is the one that stopped the run (everything after it was skipped).
+                failed = next((s for s in reversed(outcome.steps) if s["status"] == "failed"), None)
                 event = "fail"
                 error = outcome.error or (
                     f"step {failed['step']} failed: {failed['detail']}"
@@ -448,6 +453,7 @@ class RunbookRunner:
             outcome_name = "ok" if run.state == RunState.SUCCEEDED.value else "error"
             record_event(session, SYSTEM_ACTOR, "runbook.finish", _target(run), outcome_name, detail, now=now)
             session.commit()
+        log.info("runbook run %d (%s) %s%s", run_id, run.runbook, run.state, f": {run.error}" if run.error else "")
 
 
 def build_runner(settings: Any, sessions: sessionmaker[Session]) -> RunbookRunner:
