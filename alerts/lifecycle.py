@@ -108,7 +108,8 @@ def _advance(old: Tracked, rule: Rule, holds: bool, value: float | None, now: da
             old = replace(old, state=AlertState.FIRING, firing_since=now, last_notified_at=None)
         return replace(old, value=value)
     if state is AlertState.FIRING:
-        return replace(old, state=AlertState.RESOLVED, resolved_at=now, value=value)
+        # NOTE: a series that vanished (no traffic any more) keeps its last value for the message.
+        return replace(old, state=AlertState.RESOLVED, resolved_at=now, value=old.value if value is None else value)
     if state is AlertState.PENDING:
         return replace(old, state=AlertState.INACTIVE, pending_since=None, value=value)
     return replace(old, value=value) if value is not None else old

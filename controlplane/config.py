@@ -111,6 +111,7 @@ class Settings:
     )
     alert_interval_s: float = _setting(15.0, "How often the scheduler leader evaluates alert rules.")
     outbox_interval_s: float = _setting(5.0, "How often the scheduler leader delivers due alert notifications.")
+    outbox_backoff_s: float = _setting(30.0, "First retry delay of a failed notification; doubles up to an hour.")
     alert_repeat_h: float = _setting(4.0, "Hours before a still-firing, unacknowledged alert is sent again.")
     alert_rules_dir: str = _setting("", "Folder of alert rule YAML files (empty: the shipped alerts/rules).")
     reconcile_poll_ms: float = _setting(25.0, "How often each process checks the desired state written by others.")

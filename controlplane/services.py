@@ -160,7 +160,11 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         )
         scheduler.add_cluster_job(services.advance_rollouts, settings.rollout_tick_s, "rollout-controller")
         scheduler.add_cluster_job(evaluator.run, settings.alert_interval_s, "alert-evaluator")
-        scheduler.add_cluster_job(lambda: deliver_due(sessions), settings.outbox_interval_s, "alert-outbox")
+        scheduler.add_cluster_job(
+            lambda: deliver_due(sessions, backoff_s=settings.outbox_backoff_s),
+            settings.outbox_interval_s,
+            "alert-outbox",
+        )
         scheduler.add_cluster_job(runbooks.sweep, 2.0, "runbook-sweeper")
         scheduler.start()
         services.scheduler = scheduler

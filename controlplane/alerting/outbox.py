@@ -27,9 +27,9 @@ Deliver = Callable[[Notifier, Notification, datetime], DeliveryResult]
 MAX_ATTEMPTS = 24  # with the backoff below, about a day of trying before a message is given up
 
 
-def backoff(attempts: int) -> timedelta:
-    """30 s, 1 min, 2 min, ... capped at one hour."""
-    return timedelta(seconds=min(30 * 2 ** max(0, attempts - 1), 3600))
+def backoff(attempts: int, base_s: float = 30.0) -> timedelta:
+    """base, 2 x base, 4 x base, ... capped at one hour (30 s, 1 min, 2 min ... by default)."""
+    return timedelta(seconds=min(base_s * 2 ** max(0, attempts - 1), 3600))
 
 
 def _time(value: str | None, default: datetime) -> datetime:
@@ -62,7 +62,11 @@ def notification(payload: dict[str, Any], now: datetime) -> Notification:
 
 
 def deliver_due(
-    sessions: sessionmaker[Session], now: datetime | None = None, send: Deliver = deliver, limit: int = 50
+    sessions: sessionmaker[Session],
+    now: datetime | None = None,
+    send: Deliver = deliver,
+    limit: int = 50,
+    backoff_s: float = 30.0,
 ) -> dict[str, int]:
     """Try every message that is due, oldest first; commit after each so a crash resends at most one."""
     now = now or utcnow()
@@ -77,13 +81,13 @@ def deliver_due(
             )
         )
         for message in due:
-            outcome = _attempt(session, message, now, send)
+            outcome = _attempt(session, message, now, send, backoff_s)
             counts[outcome] += 1
             session.commit()
     return counts
 
 
-def _attempt(session: Session, message: OutboxMessage, now: datetime, send: Deliver) -> str:
+def _attempt(session: Session, message: OutboxMessage, now: datetime, send: Deliver, backoff_s: float) -> str:
     receiver = session.get(Receiver, message.receiver)
     message.attempts += 1
     if receiver is None or not receiver.enabled:
@@ -103,7 +107,7 @@ def _attempt(session: Session, message: OutboxMessage, now: datetime, send: Deli
         message.state = "failed"
         log.error("notification %s to %s given up: %s", message.id, message.receiver, result.error)
         return "failed"
-    wait = max(backoff(message.attempts), timedelta(seconds=result.retry_after_s or 0))
+    wait = max(backoff(message.attempts, backoff_s), timedelta(seconds=result.retry_after_s or 0))
     message.next_attempt_at = now + wait
     log.warning("notification %s to %s failed (%s); retrying in %s", message.id, message.receiver, result.error, wait)
     return "retrying"

@@ -71,7 +71,14 @@ from controlplane.models.alerting import (  # noqa: E402
 from controlplane.models.auth import ApiToken, AuditEvent, User  # noqa: E402
 from controlplane.models.history import DeviceSample, SlotSample  # noqa: E402
 from controlplane.models.registry import ModelVersion  # noqa: E402
-from controlplane.models.rollout import Deployment, Rollout, RolloutMeasurement, SlotStatus  # noqa: E402
+from controlplane.models.rollout import (  # noqa: E402
+    Deployment,
+    EngineDesired,
+    EngineStatus,
+    Rollout,
+    RolloutMeasurement,
+    SlotStatus,
+)
 from controlplane.models.runbook import RunbookRun  # noqa: E402
 
 __all__ = [
@@ -82,6 +89,8 @@ __all__ = [
     "Base",
     "Deployment",
     "DeviceSample",
+    "EngineDesired",
+    "EngineStatus",
     "Lease",
     "ModelVersion",
     "NAMING_CONVENTION",

@@ -25,12 +25,18 @@ class Deployment(Base):
     # Bumped on every change: processes compare it with what they last applied.
     generation: Mapped[int] = mapped_column(default=1)
     updated_at: Mapped[datetime]
+    # Bumped (with generation) to ask every process to drain and load its slot's version again.
+    blue_reload: Mapped[int] = mapped_column(default=0, server_default="0")
+    green_reload: Mapped[int] = mapped_column(default=0, server_default="0")
 
     def version_in(self, slot: str) -> str | None:
         return self.blue_version if slot == "blue" else self.green_version
 
     def weights(self) -> dict[str, int]:
         return {"blue": self.blue_weight, "green": self.green_weight}
+
+    def reloads(self) -> dict[str, int]:
+        return {"blue": self.blue_reload, "green": self.green_reload}
 
 
 class Rollout(Base):
@@ -86,3 +92,36 @@ class SlotStatus(Base):
     error: Mapped[str] = mapped_column(Text, default="")
     generation: Mapped[int] = mapped_column(default=0)
     updated_at: Mapped[datetime]
+
+
+class EngineDesired(Base):
+    """Engine-wide desired state, one row (id 1): batching limits and memory compaction requests.
+
+    A null limit means each process keeps its own setting. `generation` is bumped when the limits
+    change, `compact_generation` when a compaction is asked for; every process's reconciler acts on
+    a change and reports it in `engine_status`.
+    """
+
+    __tablename__ = "engine_desired"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    generation: Mapped[int] = mapped_column(default=1)
+    compact_generation: Mapped[int] = mapped_column(default=0)
+    max_batch_size: Mapped[int | None]
+    max_queue_delay_ms: Mapped[float | None]
+    max_queue_size: Mapped[int | None]
+    updated_at: Mapped[datetime]
+    updated_by: Mapped[str] = mapped_column(String(128), default="")
+
+
+class EngineStatus(Base):
+    """What one serving process last applied of the engine-wide desired state, and its last compaction report."""
+
+    __tablename__ = "engine_status"
+
+    process: Mapped[str] = mapped_column(String(128), primary_key=True)
+    generation: Mapped[int] = mapped_column(default=0)
+    compact_generation: Mapped[int] = mapped_column(default=0)
+    error: Mapped[str] = mapped_column(Text, default="")
+    report: Mapped[dict | None] = mapped_column(JSON)
+    updated_at: Mapped[datetime] = mapped_column(index=True)

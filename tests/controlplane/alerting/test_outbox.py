@@ -18,8 +18,9 @@ from tests.controlplane.history.conftest import T0
 class ChatServer:
     """A webhook receiver that fails its first `failures` deliveries with 503 and Retry-After."""
 
-    def __init__(self, failures: int = 0) -> None:
+    def __init__(self, failures: int = 0, retry_after_s: int = 120) -> None:
         self.failures = failures
+        self.retry_after_s = retry_after_s
         self.received: list[dict] = []
         outer = self
 
@@ -29,7 +30,7 @@ class ChatServer:
                 if outer.failures > 0:
                     outer.failures -= 1
                     self.send_response(503)
-                    self.send_header("Retry-After", "120")
+                    self.send_header("Retry-After", str(outer.retry_after_s))
                     self.end_headers()
                     return
                 outer.received.append(json.loads(body))
