@@ -7,6 +7,8 @@ batches. Each worker embeds its own engine; SIGTERM drains it before the worker 
 import os
 import shutil
 import signal
+import subprocess
+import sys
 
 from controlplane.config import load_settings
 
@@ -30,42 +32,15 @@ proc_name = "flightdeck"
 
 
 def on_starting(server):
-    """Prepare once, in the master: metrics directory wiped, schema migrated, demo models built."""
-    from controlplane.migrate import upgrade
-    from controlplane.modelstore import prepare_home
+    """Prepare once, before any worker: metrics directory wiped, then `python -m controlplane prepare`.
 
+    NOTE: preparing loads ONNX Runtime (demo golden samples, registry checks); doing that in the
+    master would leave ORT's state in every forked worker, which then crashed (SIGSEGV) at exit.
+    A child process keeps the master free of it.
+    """
     shutil.rmtree(_prometheus_dir, ignore_errors=True)
     _prometheus_dir.mkdir(parents=True)
-    prepare_home(_settings)
-    upgrade(_settings.sqlalchemy_url)
-    _create_first_admin()
-    _register_demo_models()
-
-
-def _register_demo_models():
-    """Import the model store's versions (the demo models) into the registry, once; later starts skip them."""
-    from controlplane.db import make_engine, session_factory
-    from controlplane.registry.archive import ArchiveLimits
-    from controlplane.registry.service import Registry
-
-    engine = make_engine(_settings.sqlalchemy_url)
-    Registry(session_factory(engine), _settings.home, ArchiveLimits.from_settings(_settings)).register_store(
-        _settings.model_store
-    )
-    engine.dispose()
-
-
-def _create_first_admin():
-    """On the very first start, create user 'admin' and say once where its password is."""
-    from controlplane.auth.bootstrap import ensure_initial_admin
-    from controlplane.db import make_engine, session_factory
-
-    engine = make_engine(_settings.sqlalchemy_url)
-    password = ensure_initial_admin(session_factory(engine), _settings)
-    engine.dispose()
-    if password:
-        # NOTE: the file (mode 0600) holds the password; printing it would put it in captured logs.
-        print(f"Created user 'admin'; its password is in {_settings.home / 'initial-admin-password'}", flush=True)
+    subprocess.run([sys.executable, "-m", "controlplane", "prepare"], check=True)
 
 
 def when_ready(server):

@@ -45,6 +45,29 @@ def serve(host: str | None, port: int | None, workers: int | None) -> None:
     os.execv(sys.executable, [sys.executable, "-m", "gunicorn", "-c", os.path.join(root, "gunicorn.conf.py")])
 
 
+@cli.command()
+def prepare() -> None:
+    """Make the data directory ready: demo models, schema, first admin, demo models in the registry."""
+    from controlplane.auth.bootstrap import ensure_initial_admin
+    from controlplane.db import make_engine, session_factory
+    from controlplane.migrate import upgrade
+    from controlplane.modelstore import prepare_home
+    from controlplane.registry.archive import ArchiveLimits
+    from controlplane.registry.service import Registry
+
+    settings = _settings()
+    prepare_home(settings)
+    upgrade(settings.sqlalchemy_url)
+    engine = make_engine(settings.sqlalchemy_url)
+    sessions = session_factory(engine)
+    password = ensure_initial_admin(sessions, settings)
+    Registry(sessions, settings.home, ArchiveLimits.from_settings(settings)).register_store(settings.model_store)
+    engine.dispose()
+    if password:
+        # NOTE: the file (mode 0600) holds the password; printing it would put it in captured logs.
+        click.echo(f"Created user 'admin'; its password is in {settings.home / 'initial-admin-password'}")
+
+
 @cli.group()
 def db() -> None:
     """Database schema (Alembic)."""

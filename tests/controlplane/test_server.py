@@ -67,6 +67,7 @@ def test_sigterm_finishes_every_accepted_request_then_exits(home: Path) -> None:
     assert queued_at_term >= 8
     assert sorted(results) == [200] * 24, server.output()[-3000:]
     assert "all requests finished" in server.output()
+    assert "SIGSEGV" not in server.output()  # workers must not inherit ONNX Runtime state from the master
     with pytest.raises((urllib.error.URLError, ConnectionError)):
         server.get("/v2/health/live", timeout=2)
 
