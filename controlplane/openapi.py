@@ -100,6 +100,16 @@ _SECURITY_SCHEMES = {
     },
 }
 
+_BATCHING = {
+    "type": "object",
+    "description": "the limits in force (a null desired limit shows the answering process's own setting)",
+    "properties": {
+        "max_batch_size": {"type": "integer"},
+        "max_queue_delay_ms": {"type": "number"},
+        "max_queue_size": {"type": "integer"},
+    },
+}
+
 PATHS: dict[str, dict[str, Any]] = {
     "/api/engine": {
         "get": {
@@ -407,6 +417,114 @@ PATHS: dict[str, dict[str, Any]] = {
             "summary": "One-click rollback: traffic returns to the last stable version at once",
             "parameters": [_path("name", "Model name")],
             "responses": {"200": _ok("What was rolled back"), **_AUTH, "404": _ERR, "409": _ERR},
+        }
+    },
+    "/api/models/{name}/slots/{slot}/reload": {
+        "post": {
+            "summary": "Drain one slot and load and verify its version again in every process; traffic returns after",
+            "security": _SECURED,
+            "parameters": [
+                _path("name", "Model name"),
+                _path("slot", "Slot to reload", {"type": "string", "enum": ["blue", "green"]}),
+            ],
+            "responses": {
+                "202": _ok(
+                    "Reload requested; GET /api/models/{name}/deployment shows each process's slot at this generation",
+                    {
+                        "type": "object",
+                        "properties": {
+                            "model": {"type": "string"},
+                            "slot": {"type": "string"},
+                            "version": {"type": "string"},
+                            "generation": {"type": "integer"},
+                        },
+                    },
+                ),
+                **_AUTH,
+                "404": _ERR,
+                "409": {
+                    **_ERR,
+                    "description": "The slot is empty, or it takes traffic and the other slot is empty",
+                },
+            },
+        }
+    },
+    "/api/engine/batching": {
+        "put": {
+            "summary": "Set batching limits for every serving process (generation bumped); null: each process's own",
+            "security": _SECURED,
+            "requestBody": _json_body(
+                {
+                    "type": "object",
+                    "minProperties": 1,
+                    "additionalProperties": False,
+                    "properties": {
+                        "max_batch_size": {"type": "integer", "minimum": 1, "nullable": True},
+                        "max_queue_delay_ms": {"type": "number", "minimum": 0, "nullable": True},
+                        "max_queue_size": {"type": "integer", "minimum": 1, "nullable": True},
+                    },
+                }
+            ),
+            "responses": {
+                "200": _ok(
+                    "The new generation and the limits in force",
+                    {
+                        "type": "object",
+                        "properties": {"generation": {"type": "integer"}, "batching": _BATCHING},
+                    },
+                ),
+                "400": _BAD,
+                **_AUTH,
+            },
+        }
+    },
+    "/api/engine/compact": {
+        "post": {
+            "summary": "Ask every serving process to compact its memory once (ONNX Runtime arenas, free heap)",
+            "security": _SECURED,
+            "responses": {
+                "202": _ok(
+                    "Compaction requested",
+                    {"type": "object", "properties": {"compact_generation": {"type": "integer"}}},
+                ),
+                **_AUTH,
+            },
+        }
+    },
+    "/api/engine/desired": {
+        "get": {
+            "summary": "Engine-wide desired state, and what each process heard from in the last minute has applied",
+            "responses": {
+                "200": _ok(
+                    "Desired state and processes",
+                    {
+                        "type": "object",
+                        "properties": {
+                            "generation": {"type": "integer"},
+                            "compact_generation": {"type": "integer"},
+                            "batching": _BATCHING,
+                            "processes": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "properties": {
+                                        "process": {"type": "string"},
+                                        "generation": {"type": "integer"},
+                                        "compact_generation": {"type": "integer"},
+                                        "error": {"type": "string"},
+                                        "report": {
+                                            "type": "object",
+                                            "nullable": True,
+                                            "description": "the last compaction's report",
+                                        },
+                                        "updated_at": {"type": "string"},
+                                    },
+                                },
+                            },
+                        },
+                    },
+                )
+            },
         }
     },
     "/api/models/{name}/deployment": {

@@ -214,6 +214,43 @@ class Batcher:
         # Either expired just now, or already running: running requests finish.
         return pending.future.result()
 
+    def reconfigure(self, *, max_batch_size: int, max_queue_delay_s: float, max_queue_size: int) -> int:
+        """Change the batch, delay and queue limits at once, under the lock; return how many requests it refused.
+
+        Waiting executors wake and apply the new delay and batch size to what is queued. A queue
+        already over a lowered `max_queue_size` keeps what it accepted (new requests are refused
+        until it drains). A queued request larger than a lowered `max_batch_size` could never leave
+        the queue, so it is refused now (InvalidInput, counted as rejected) and never run.
+        """
+        if max_batch_size < 1 or max_queue_size < 1 or not max_queue_delay_s >= 0:
+            raise ValueError(
+                f"batching limits must be max_batch_size >= 1, max_queue_delay >= 0, max_queue_size >= 1; got "
+                f"{max_batch_size}, {max_queue_delay_s}, {max_queue_size}"
+            )
+        with self._cond:
+            self.max_batch_size = max_batch_size
+            self.max_queue_delay_s = max_queue_delay_s
+            self.max_queue_size = max_queue_size
+            too_large = [p for p in self._queue if p.batch > max_batch_size]
+            for pending in too_large:
+                self._remove(pending)
+                pending.state = _State.DONE
+                self.stats.rejected += 1
+                pending.future.set_exception(
+                    InvalidInput(
+                        f"batch size {pending.batch} is over the limit of {max_batch_size} for '{self._spec.name}', "
+                        "lowered while the request waited; it was not run"
+                    )
+                )
+            depth = self._queued_samples
+            self._cond.notify_all()
+        if self._observer:
+            for _ in too_large:
+                self._observer.request_done(Outcome.REJECTED, 0.0, 0.0, 0.0)
+            if too_large:
+                self._observer.queue_changed(depth)
+        return len(too_large)
+
     def close(self, timeout_s: float | None = None) -> bool:
         """Stop admitting, finish everything accepted, stop the executors; return whether all finished."""
         with self._cond:

@@ -181,6 +181,109 @@ class Engine:
             raise ModelNotFound(f"model '{name}' has nothing loaded in slot {slot}")
         loaded.batcher.close()
 
+    def set_batching(
+        self,
+        max_batch_size: int | None = None,
+        max_queue_delay_ms: float | None = None,
+        max_queue_size: int | None = None,
+    ) -> BatchingSettings:
+        """Change the batching limits for later loads and for every loaded version now; None keeps a limit.
+
+        Each loaded version's batcher gets the new limits at once (its batch size capped by the
+        model's own hint), so waiting executors apply them to what is already queued. Return the
+        settings now in force. Not meant to race `load` (the reconciler calls both, one at a time).
+        """
+        if max_batch_size is not None and max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be at least 1, not {max_batch_size}")
+        if max_queue_delay_ms is not None and not 0 <= max_queue_delay_ms < float("inf"):
+            raise ValueError(f"max_queue_delay_ms must be a non-negative number, not {max_queue_delay_ms}")
+        if max_queue_size is not None and max_queue_size < 1:
+            raise ValueError(f"max_queue_size must be at least 1, not {max_queue_size}")
+        changes = {
+            key: value
+            for key, value in (
+                ("max_batch_size", max_batch_size),
+                ("max_queue_delay_ms", max_queue_delay_ms),
+                ("max_queue_size", max_queue_size),
+            )
+            if value is not None
+        }
+        with self._lock:
+            self.batching = b = replace(self.batching, **changes)
+            loaded = [v for m in self._models.values() for v in m.slots.values()]
+        refused = 0
+        for version in loaded:
+            refused += version.batcher.reconfigure(
+                max_batch_size=min(b.max_batch_size, version.spec.max_batch_size),
+                max_queue_delay_s=b.max_queue_delay_ms / 1000 if b.enabled else 0.0,
+                max_queue_size=b.max_queue_size,
+            )
+        log.info(
+            "batching now max_batch_size=%d max_queue_delay_ms=%g max_queue_size=%d (%d loaded versions%s)",
+            b.max_batch_size,
+            b.max_queue_delay_ms,
+            b.max_queue_size,
+            len(loaded),
+            f"; {refused} queued requests over the new batch size refused" if refused else "",
+        )
+        return b
+
+    def reload(
+        self,
+        name: str,
+        slot: str,
+        load: Callable[[], object] | None = None,
+        drain_timeout_s: float | None = None,
+    ) -> LoadedVersion:
+        """Drain one slot and load the same version folder into it again, keeping the model served.
+
+        The slot's traffic weight (and shadow copies) move to the other slot first; refused
+        (ValueError) when the slot takes traffic and the other slot is empty. Then what the slot
+        accepted finishes, `load` (default: `self.load(folder, slot)`; the control plane passes its
+        load-and-verify) replaces the session, and the weights come back. If `load` raises or leaves
+        the slot empty, the other slot keeps all the traffic and the error propagates.
+        """
+        other = "green" if slot == "blue" else "blue"
+        with self._lock:
+            model = self._require(name)
+            current = model.slots.get(slot)
+            if current is None:
+                raise ModelNotFound(f"model '{name}' has nothing loaded in slot {slot}")
+            weights, shadow = dict(model.weights), model.shadow_slot
+            if weights.get(slot, 0) > 0:
+                if other not in model.slots:
+                    raise ValueError(
+                        f"{slot} takes {weights[slot]} of {name}'s traffic and {other} is empty: "
+                        "nothing would serve while it reloads"
+                    )
+                model.weights = {slot: 0, other: weights[slot] + weights.get(other, 0)}
+            if shadow == slot:
+                model.shadow_slot = None
+        timeout = self.batching.default_timeout_ms / 1000 if drain_timeout_s is None else drain_timeout_s
+        if not current.batcher.wait_idle(timeout):
+            log.warning(
+                "%s %s still busy after %.1fs; reloading anyway (it finishes what it took)", name, slot, timeout
+            )
+        try:
+            if load is None:
+                self.load(current.path, slot)
+            else:
+                load()
+        finally:
+            with self._lock:
+                model = self._models.get(name)
+                if model is not None and slot in model.slots:
+                    model.weights = weights
+                    if shadow is not None and shadow in model.slots:
+                        model.shadow_slot = shadow
+                elif model is not None and other in model.slots:
+                    model.weights = {slot: 0, other: max(1, weights.get(slot, 0) + weights.get(other, 0))}
+        with self._lock:
+            reloaded = self._models.get(name)
+            if reloaded is None or slot not in reloaded.slots:
+                raise ModelNotFound(f"model '{name}' has nothing in slot {slot} after the reload")
+            return reloaded.slots[slot]
+
     def set_weights(self, name: str, weights: dict[str, int]) -> None:
         """Set traffic weights between the slots of a model (non-negative, at least one loaded > 0)."""
         if set(weights) - set(SLOTS) or any(w < 0 for w in weights.values()):

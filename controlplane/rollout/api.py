@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
@@ -11,7 +13,7 @@ from sqlalchemy.orm import Session
 from controlplane.auth import Role, current_actor, record_event, require_role
 from controlplane.db import get_db
 from controlplane.errors import ApiError, NotFound
-from controlplane.models import Deployment, Rollout, RolloutMeasurement, SlotStatus
+from controlplane.models import Deployment, EngineDesired, EngineStatus, Rollout, RolloutMeasurement, SlotStatus
 from controlplane.rollout import service
 
 bp = Blueprint("rollouts", __name__, url_prefix="/api")
@@ -158,3 +160,85 @@ def show(rollout_id: int) -> Response:
         )
     )
     return jsonify(rollout_json(rollout, measurements))
+
+
+# -- engine-wide desired state and slot reloads --------------------------------------------------
+
+
+@contextmanager
+def _refusals_recorded(session: Session, action: str, target: str) -> Iterator[None]:
+    """Let a refused change leave an 'error' audit event (its own transaction), then answer with the refusal."""
+    try:
+        yield
+    except ApiError as exc:
+        session.rollback()
+        record_event(session, current_actor(), action, target, "error", {"error": exc.message})
+        session.commit()
+        raise
+
+
+def _own_batching() -> dict[str, Any]:
+    """This process's own batching settings: what a null desired limit means."""
+    settings = _services().settings
+    return {key: getattr(settings, key) for key in service.BATCHING_LIMITS}
+
+
+def _engine_status_json(row: EngineStatus) -> dict[str, Any]:
+    return {
+        "process": row.process,
+        "generation": row.generation,
+        "compact_generation": row.compact_generation,
+        "error": row.error,
+        "report": row.report,
+        "updated_at": row.updated_at.isoformat(),
+    }
+
+
+@bp.put("/engine/batching")
+@require_role(Role.OPERATOR, action="engine.batching")
+def set_batching() -> Response:
+    """Set batching limits for every serving process; each process's reconciler applies them to its batchers."""
+    session = get_db()
+    with _refusals_recorded(session, "engine.batching", "engine"):
+        changes = service.check_batching(_body())
+        result = service.set_engine_batching(session, changes, current_actor().name, _audit, _own_batching())
+    _committed(session)
+    return jsonify(result)
+
+
+@bp.post("/engine/compact")
+@require_role(Role.OPERATOR, action="engine.compact")
+def compact() -> tuple[Response, int]:
+    """Ask every serving process to compact its memory once (ONNX Runtime arenas, free heap)."""
+    session = get_db()
+    result = service.request_compaction(session, current_actor().name, _audit)
+    _committed(session)
+    return jsonify(result), 202
+
+
+@bp.get("/engine/desired")
+def engine_desired() -> Response:
+    """Engine-wide desired state and what every process heard from in the last minute has applied."""
+    session = get_db()
+    desired = session.get(EngineDesired, 1)
+    if desired is None:  # a database without the row: nothing was ever asked for
+        desired = EngineDesired(generation=1, compact_generation=0)
+    return jsonify(
+        {
+            "generation": desired.generation,
+            "compact_generation": desired.compact_generation,
+            "batching": service.effective_batching(desired, _own_batching()),
+            "processes": [_engine_status_json(row) for row in service.engine_processes(session)],
+        }
+    )
+
+
+@bp.post("/models/<name>/slots/<slot>/reload")
+@require_role(Role.OPERATOR, action="slot.reload")
+def reload_slot(name: str, slot: str) -> tuple[Response, int]:
+    """Drain one slot and load and verify its version again in every process; its traffic returns after."""
+    session = get_db()
+    with _refusals_recorded(session, "slot.reload", f"{name}:{slot}"):
+        result = service.reload_slot(session, name, slot, current_actor().name, _audit)
+    _committed(session)
+    return jsonify(result), 202

@@ -1,27 +1,34 @@
-"""The reconciler: makes this process's engine match the desired state in `deployments`.
+"""The reconciler: makes this process's engine match the desired state in `deployments` and `engine_desired`.
 
 Order keeps traffic flowing: load (and verify) what a slot should hold, then set the weights,
-then unload what no slot should hold. Inside one process it is woken at once after a write;
-other processes and nodes poll the generation counters, which is one small indexed read.
+reload the slots asked for, then unload what no slot should hold. Inside one process it is woken
+at once after a write; other processes and nodes poll the generation counters, which is one small
+indexed read. Engine-wide desired state (batching limits, memory compaction) is applied in the same
+pass, batching first so versions loaded in that pass get the new limits; each process reports what
+it applied in `engine_status` (and refreshes that row every `HEARTBEAT_S`, so readers can tell a
+live process from one that went away).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from controlplane.models import Deployment, SlotStatus
+from controlplane.models import Deployment, EngineDesired, EngineStatus, SlotStatus
 from controlplane.scheduler import utcnow
 from serving.engine import SLOTS, Engine, read_manifest
 
 log = logging.getLogger(__name__)
 
 Locate = Callable[[str, str], Path]
+HEARTBEAT_S = 10.0  # engine_status.updated_at is refreshed at least this often
+BATCHING_KEYS = ("max_batch_size", "max_queue_delay_ms", "max_queue_size")
 
 
 class Reconciler:
@@ -46,6 +53,17 @@ class Reconciler:
         self._on_loaded = on_loaded
         self._applied: dict[str, int] = {}
         self._failed: dict[tuple[str, str, str], str] = {}  # (model, slot, version) -> why; not retried by itself
+        self._reloads: dict[tuple[str, str], int] = {}  # (model, slot) -> reload counter last seen
+        # Engine-wide desired state: what this process applied, and what it last wrote to engine_status.
+        self._base_batching = engine.batching  # this process's own settings: what a null limit means
+        self._engine_generation: int | None = None
+        self._compact_generation: int | None = None
+        self._batching_error = ""
+        self._compact_error = ""
+        self._compact_report: dict | None = None
+        self._compactions = 0
+        self._reported: tuple | None = None
+        self._reported_at = 0.0
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -66,6 +84,12 @@ class Reconciler:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(10)
+        try:  # a process that leaves stops counting as one that must apply engine-wide changes
+            with self._lock, self._sessions() as session:
+                session.execute(delete(EngineStatus).where(EngineStatus.process == self._process))
+                session.commit()
+        except Exception:
+            log.warning("could not remove this process's engine_status row", exc_info=True)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -79,8 +103,10 @@ class Reconciler:
                 log.exception("reconcile pass failed; retrying on the next poll")
 
     def reconcile(self) -> int:
-        """Apply every deployment whose generation changed; return how many were applied."""
+        """Apply engine-wide changes and every deployment whose generation changed; return how many deployments."""
         with self._lock, self._sessions() as session:
+            engine_desired = session.get(EngineDesired, 1)
+            self._apply_batching(engine_desired)
             deployments = [
                 d for d in session.scalars(select(Deployment)) if self._models is None or d.model in self._models
             ]
@@ -88,14 +114,75 @@ class Reconciler:
             for deployment in changed:
                 self._converge(session, deployment)
                 self._applied[deployment.model] = deployment.generation
-            if changed:
+            self._apply_compaction(engine_desired)
+            reported = self._report(session)
+            if changed or reported is not None:
                 session.commit()
+            if reported is not None:
+                self._reported, self._reported_at = reported, time.monotonic()
             return len(changed)
+
+    # -- engine-wide desired state -------------------------------------------------------
+
+    def _apply_batching(self, desired: EngineDesired | None) -> None:
+        """Give the engine the desired batching limits when their generation changed (null: our own setting)."""
+        generation = desired.generation if desired is not None else 0
+        if generation == self._engine_generation:
+            return
+        limits = {key: (getattr(desired, key) if desired is not None else None) for key in BATCHING_KEYS}
+        limits = {key: getattr(self._base_batching, key) if v is None else v for key, v in limits.items()}
+        try:
+            self._engine.set_batching(**limits)
+            self._batching_error = ""
+        except Exception as exc:
+            self._batching_error = f"could not apply batching generation {generation} {limits}: {exc}"
+            log.error(self._batching_error)
+        self._engine_generation = generation
+
+    def _apply_compaction(self, desired: EngineDesired | None) -> None:
+        """Compact memory once when compact_generation changed; a process just started only adopts it."""
+        wanted = desired.compact_generation if desired is not None else 0
+        if self._compact_generation is None or wanted == self._compact_generation:
+            self._compact_generation = wanted  # NOTE: a fresh process has nothing to give back yet
+            return
+        try:
+            self._compact_report = self._engine.compact_memory()
+            self._compactions += 1
+            self._compact_error = ""
+            log.info("compacted memory (compact generation %d): %s", wanted, self._compact_report)
+        except Exception as exc:
+            self._compact_error = f"could not compact memory (compact generation {wanted}): {exc}"
+            log.exception(self._compact_error)
+        self._compact_generation = wanted
+
+    def _report(self, session: Session) -> tuple | None:
+        """Upsert this process's engine_status when it changed or is due a heartbeat; return what was written."""
+        error = "; ".join(e for e in (self._batching_error, self._compact_error) if e)
+        state = (self._engine_generation, self._compact_generation, error, self._compactions)
+        if state == self._reported and time.monotonic() - self._reported_at < HEARTBEAT_S:
+            return None
+        row = session.get(EngineStatus, self._process)
+        if row is None:
+            row = EngineStatus(process=self._process)
+            session.add(row)
+        row.generation, row.compact_generation = self._engine_generation or 0, self._compact_generation or 0
+        row.error, row.report, row.updated_at = error, self._compact_report, utcnow()
+        return state
 
     def _converge(self, session: Session, desired: Deployment) -> None:
         model = desired.model
         loaded = {v.slot: v for v in self._engine.loaded(model)}
         status: dict[str, tuple[str | None, str, str]] = {}
+        reload: list[str] = []
+        for slot, count in desired.reloads().items():
+            seen = self._reloads.get((model, slot))
+            self._reloads[(model, slot)] = count
+            if seen is None or seen == count:
+                continue  # NOTE: a process just started has loaded its versions fresh: nothing to reload
+            want = desired.version_in(slot)
+            self._failed.pop((model, slot, want), None)  # a person asked again: a failed load may retry
+            if want is not None and slot in loaded and loaded[slot].spec.version == want:
+                reload.append(slot)
         for slot in SLOTS:
             want = desired.version_in(slot)
             have = loaded[slot].spec.version if slot in loaded else None
@@ -118,6 +205,8 @@ class Reconciler:
         if live:
             shadow = desired.shadow_slot if desired.shadow_slot in live else None
             self._engine.set_shadow(model, shadow)
+        for slot in reload:
+            status[slot] = self._reload(model, slot, desired.version_in(slot))
         for slot in SLOTS:
             if desired.version_in(slot) is None and slot in {v.slot for v in self._engine.loaded(model)}:
                 self._engine.unload(model, slot)
@@ -153,6 +242,30 @@ class Reconciler:
         if self._on_loaded is not None:
             self._on_loaded(model, version, slot, loaded.provider)
         return ""
+
+    def _reload(self, model: str, slot: str, version: str) -> tuple[str | None, str, str]:
+        """Drain a slot and load and verify its version again (see Engine.reload); return its status."""
+        why = ""
+
+        def load() -> None:
+            nonlocal why
+            why = self._load(model, slot, version)
+
+        try:
+            self._engine.reload(model, slot, load)
+        except ValueError as exc:  # it takes traffic and the other slot is empty here: it keeps serving
+            log.error("did not reload %s %s: %s", model, slot, exc)
+            return version, "loaded", f"reload refused: {exc}"
+        except Exception as exc:
+            why = why or f"could not reload {model} version {version} in {slot}: {exc}"
+            log.exception(why)
+        if any(v.slot == slot and v.spec.version == version for v in self._engine.loaded(model)):
+            if why:  # the load failed before replacing the session: the old one still serves
+                self._failed.pop((model, slot, version), None)
+                return version, "loaded", f"reload failed; the previous session still serves: {why}"
+            log.info("reloaded %s version %s in %s", model, version, slot)
+            return version, "loaded", ""
+        return version, "failed", why or f"{model} {slot} is empty after its reload"
 
     def forget_failures(self, model: str) -> None:
         """Let a failed version be tried again (a person deployed it again)."""

@@ -5,17 +5,26 @@ through `audit`) in the caller's transaction; the reconcilers make the engines f
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.errors import ApiError, Conflict, NotFound
 from controlplane.history.query import SlotAggregate
-from controlplane.models import Deployment, Rollout, RolloutMeasurement, SlotSample, SlotStatus
+from controlplane.models import (
+    Deployment,
+    EngineDesired,
+    EngineStatus,
+    Rollout,
+    RolloutMeasurement,
+    SlotSample,
+    SlotStatus,
+)
 from controlplane.rollout.analysis import AnalysisPolicy, analyse
 from controlplane.rollout.states import ACTIVE, IllegalTransition, RolloutState, Verdict, transition
 from controlplane.scheduler import utcnow
@@ -361,3 +370,125 @@ def _scale_down(session: Session, settings: RolloutSettings, now: datetime) -> l
             events.append(f"{deployment.model}: scaled down {deployment.version_in(idle)} from {idle}")
             _set(deployment, now, **{f"{idle}_version": None})
     return events
+
+
+# -- engine-wide desired state: batching limits, memory compaction, slot reloads ---------------
+
+BATCHING_LIMITS = ("max_batch_size", "max_queue_delay_ms", "max_queue_size")
+HEARD_FROM_S = 60.0  # a process whose engine_status is older than this is taken to be gone
+
+
+def check_batching(body: dict[str, Any]) -> dict[str, int | float | None]:
+    """Validate a batching change: any of max_batch_size >= 1, max_queue_delay_ms >= 0, max_queue_size >= 1.
+
+    A null value hands that limit back to each process's own setting.
+    """
+    unknown = sorted(set(body) - set(BATCHING_LIMITS))
+    if unknown:
+        raise ApiError(f"unknown batching limit(s) {unknown}; use {list(BATCHING_LIMITS)}")
+    if not body:
+        raise ApiError(f"give at least one of {list(BATCHING_LIMITS)}")
+    changes: dict[str, int | float | None] = {}
+    for key, value in body.items():
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if value is None:
+            changes[key] = None
+        elif key == "max_queue_delay_ms":
+            if not number or not math.isfinite(value) or value < 0:
+                raise ApiError(f"'max_queue_delay_ms' must be a number of at least 0 (or null), not {value!r}")
+            changes[key] = float(value)
+        else:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ApiError(f"'{key}' must be an integer of at least 1 (or null), not {value!r}")
+            changes[key] = value
+    return changes
+
+
+def engine_desired(session: Session, now: datetime | None = None) -> EngineDesired:
+    """Return the engine-wide desired state (its one row), creating it if the database lacks it."""
+    desired = session.get(EngineDesired, 1)
+    if desired is None:
+        desired = EngineDesired(id=1, generation=1, compact_generation=0, updated_at=now or utcnow(), updated_by="")
+        session.add(desired)
+        session.flush()
+    return desired
+
+
+def effective_batching(desired: EngineDesired, own: dict[str, Any]) -> dict[str, Any]:
+    """The limits in force: the desired ones, each null one replaced by `own` (a process's settings)."""
+    return {key: own[key] if getattr(desired, key) is None else getattr(desired, key) for key in BATCHING_LIMITS}
+
+
+def _bump_engine(session: Session, actor: str, now: datetime, counter: str, **changes: Any) -> EngineDesired:
+    # NOTE: one UPDATE adding 1 in the database, so two writers at once never hand out the same generation.
+    engine_desired(session, now)
+    column = getattr(EngineDesired, counter)
+    session.execute(
+        update(EngineDesired)
+        .where(EngineDesired.id == 1)
+        .values({counter: column + 1, "updated_at": now, "updated_by": actor[:128], **changes})
+        .execution_options(synchronize_session=False)
+    )
+    return session.get(EngineDesired, 1, populate_existing=True)
+
+
+def set_engine_batching(
+    session: Session,
+    changes: dict[str, int | float | None],
+    actor: str,
+    audit: Audit,
+    own: dict[str, Any],
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """Write new batching limits for every process (generation bumped); return the generation and limits in force."""
+    desired = _bump_engine(session, actor, now or utcnow(), "generation", **changes)
+    result = {"generation": desired.generation, "batching": effective_batching(desired, own)}
+    audit(session, "engine.batching", "engine", "ok", {"changes": changes, **result})
+    return result
+
+
+def request_compaction(session: Session, actor: str, audit: Audit, now: datetime | None = None) -> dict[str, int]:
+    """Ask every process to compact its memory once (compact_generation bumped)."""
+    desired = _bump_engine(session, actor, now or utcnow(), "compact_generation")
+    result = {"compact_generation": desired.compact_generation}
+    audit(session, "engine.compact", "engine", "ok", result)
+    return result
+
+
+def engine_processes(session: Session, now: datetime | None = None) -> list[EngineStatus]:
+    """The engine_status rows of processes heard from in the last HEARD_FROM_S seconds."""
+    since = (now or utcnow()) - timedelta(seconds=HEARD_FROM_S)
+    return list(
+        session.scalars(select(EngineStatus).where(EngineStatus.updated_at >= since).order_by(EngineStatus.process))
+    )
+
+
+def reload_slot(
+    session: Session, model: str, slot: str, actor: str, audit: Audit, now: datetime | None = None
+) -> dict[str, Any]:
+    """Ask every process to drain one slot and load and verify its version again; traffic returns after."""
+    now = now or utcnow()
+    if slot not in ("blue", "green"):
+        raise NotFound(f"no slot {slot!r}; use blue or green")
+    deployment = session.get(Deployment, model)
+    if deployment is None:
+        raise NotFound(f"model '{model}' has no deployment")
+    version, weight = deployment.version_in(slot), deployment.weights()[slot]
+    if version is None:
+        raise Conflict(f"'{model}' has nothing in {slot} to reload")
+    if weight > 0 and deployment.version_in(other(slot)) is None:
+        raise Conflict(
+            f"{slot} takes {weight}% of '{model}' traffic and {other(slot)} is empty: nothing would serve while it "
+            "reloads; deploy a version into the other slot first"
+        )
+    counter = getattr(Deployment, f"{slot}_reload")
+    session.execute(
+        update(Deployment)
+        .where(Deployment.model == model)
+        .values({"generation": Deployment.generation + 1, counter.key: counter + 1, "updated_at": now})
+        .execution_options(synchronize_session=False)
+    )
+    deployment = session.get(Deployment, model, populate_existing=True)
+    result = {"model": model, "slot": slot, "version": version, "generation": deployment.generation}
+    audit(session, "slot.reload", f"{model}:{slot}", "ok", {**result, "weight": weight})
+    return result
