@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -20,11 +20,15 @@ from alerts.lifecycle import Matcher, Silence, Tracked, decide, evaluate, group_
 from alerts.rules import Rule
 from alerts.states import AlertState, Severity
 from controlplane.alerting.observe import observe
-from controlplane.models import AlertEvent, AlertRecord, OutboxMessage, Receiver, SilenceRecord
+from controlplane.models import AlertEvent, AlertRecord, OutboxMessage, Receiver, RunbookRun, SilenceRecord
+from controlplane.runbooks.states import RunState
 from controlplane.scheduler import utcnow
 
 log = logging.getLogger(__name__)
 
+FINISHED_RUNS = frozenset(
+    s.value for s in (RunState.SUCCEEDED, RunState.FAILED, RunState.TIMED_OUT, RunState.REJECTED, RunState.EXPIRED)
+)
 # Called for a firing alert whose rule may run its runbook by itself; returns a run id or raises.
 RunAutomatic = Callable[[Rule, AlertRecord], str]
 
@@ -113,9 +117,10 @@ class AlertEvaluator:
     def run(self) -> dict[str, int]:
         """One evaluation: state changes, notifications queued, suppressions, automatic runs started."""
         now = self._clock()
-        counts = {"changed": 0, "queued": 0, "suppressed": 0, "automatic": 0}
+        counts = {"changed": 0, "queued": 0, "suppressed": 0, "automatic": 0, "escalated": 0}
         with self._sessions() as session, session.begin():
             rows = {r.fingerprint: r for r in session.scalars(select(AlertRecord))}
+            counts["escalated"] = self._follow_runbooks(session, rows.values(), now)
             before = {fp: _tracked(r) for fp, r in rows.items()}
             advanced: list[Tracked] = []
             for rule in self.rules.values():
@@ -153,6 +158,42 @@ class AlertEvaluator:
             counts["queued"] = self._enqueue(session, outcome.notify, now)
             counts["automatic"] = self._automatic(session, rows, outcome.tracked, now)
         return counts
+
+    def _follow_runbooks(self, session: Session, alerts: Iterable[AlertRecord], now: datetime) -> int:
+        """Record how automatic runs ended on their alert; a failed one escalates a firing alert to P0."""
+        escalated = 0
+        for row in alerts:
+            if not row.runbook_attempts:
+                continue
+            events = list(
+                session.scalars(
+                    select(AlertEvent).where(
+                        AlertEvent.fingerprint == row.fingerprint, AlertEvent.kind.in_(("runbook", "runbook_result"))
+                    )
+                )
+            )
+            done = {e.detail.get("run") for e in events if e.kind == "runbook_result"}
+            started = [e for e in events if e.kind == "runbook" and str(e.detail.get("run", "")).isdigit()]
+            for event in (e for e in started if e.detail["run"] not in done):
+                run = session.get(RunbookRun, int(event.detail["run"]))
+                if run is None or run.state not in FINISHED_RUNS:
+                    continue
+                session.add(AlertEvent(fingerprint=row.fingerprint, ts=now, kind="runbook_result", state=row.state, value=row.value,
+                                       detail={"run": event.detail["run"], "state": run.state, "error": run.error}))  # fmt: skip
+                if (
+                    run.state != "succeeded"
+                    and row.state == AlertState.FIRING.value
+                    and row.severity != Severity.P0.value
+                ):
+                    row.severity = Severity.P0.value
+                    row.labels = {
+                        **row.labels,
+                        "severity": Severity.P0.value,
+                        "escalated_from": row.labels.get("severity", ""),
+                    }
+                    row.last_notified_at = None  # the escalation goes out now, to the P0 receivers
+                    escalated += 1
+        return escalated
 
     def _save(self, session: Session, row: AlertRecord | None, alert: Tracked, now: datetime) -> AlertRecord:
         if row is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -54,7 +55,7 @@ def test_errors_fire_after_for_queue_one_message_and_run_the_runbook_once(sessio
     assert ev.run()["changed"] == 1  # pending
     clock.now = T0 + timedelta(minutes=3, seconds=30)
     counts = ev.run()
-    assert counts == {"changed": 1, "queued": 1, "suppressed": 0, "automatic": 1}
+    assert counts == {"changed": 1, "queued": 1, "suppressed": 0, "automatic": 1, "escalated": 0}
     with sessions() as s:
         alert = s.scalars(select(AlertRecord)).one()
         assert (alert.state, alert.labels["model"], alert.labels["version"]) == ("firing", "textcls", "1")
@@ -96,3 +97,42 @@ def test_a_silence_keeps_the_state_but_queues_nothing(sessions, evaluator) -> No
     with sessions() as s:
         assert s.scalars(select(AlertRecord)).one().state == "firing"
         assert s.scalars(select(OutboxMessage)).all() == []
+
+
+def test_a_failed_automatic_runbook_is_recorded_and_escalates_the_alert_to_p0(sessions) -> None:
+    from controlplane.models import RunbookRun
+
+    rules = [r for r in load_rules(RULES, [*METRICS, *LIVE_METRICS]) if r.name == "requests_rejected"]
+    rules = [replace(rules[0], automatic=replace(rules[0].automatic, enabled=True, max_attempts=1))]
+    with sessions() as s, s.begin():
+        s.add(Receiver(name="pager", kind="slack", config={"url": "https://hooks.example/x"}, severities=["P0"],
+                       matchers=[], enabled=True, created_at=T0))  # fmt: skip
+        run = RunbookRun(runbook="shed_load", params={}, target="engine", trigger="alert", state="running",
+                         requested_by="system", requested_at=T0)  # fmt: skip
+        s.add(run)
+        s.flush()
+        run_id = run.id
+    clock = Clock()
+    ev = AlertEvaluator(sessions, rules, EvaluatorSettings(), engine_ready=lambda: True,
+                        run_automatic=lambda rule, row: str(run_id), clock=clock)  # fmt: skip
+    for minute in range(12):
+        with sessions() as s, s.begin():
+            s.add(slot_row(T0 + timedelta(minutes=minute, seconds=30), latencies(minute, 100), rejections=50))
+    clock.now = T0 + timedelta(minutes=1)
+    ev.run()
+    clock.now = T0 + timedelta(minutes=7)
+    assert ev.run()["automatic"] == 1  # P1: no message to the P0-only pager, but the runbook starts
+    with sessions() as s, s.begin():
+        s.get(RunbookRun, run_id).state = "failed"
+    clock.now += timedelta(minutes=1)
+    counts = ev.run()
+    assert counts["escalated"] == 1 and counts["queued"] == 1
+    with sessions() as s:
+        alert = s.scalars(select(AlertRecord)).one()
+        assert alert.severity == "P0" and alert.labels["escalated_from"] == "P1"
+        results = [e.detail for e in s.scalars(select(AlertEvent).where(AlertEvent.kind == "runbook_result"))]
+        assert results == [{"run": str(run_id), "state": "failed", "error": ""}]
+        message = s.scalars(select(OutboxMessage)).one()
+        assert message.receiver == "pager" and message.payload["alerts"][0]["severity"] == "P0"
+    clock.now += timedelta(minutes=1)
+    assert ev.run()["escalated"] == 0  # recorded once
