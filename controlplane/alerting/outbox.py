@@ -95,6 +95,12 @@ def _attempt(session: Session, message: OutboxMessage, now: datetime, send: Deli
         return "failed"
     try:
         notifier = make_notifier(receiver.kind, receiver.config)
+        wait_until = _paced(session, notifier, message.receiver, now)
+        if wait_until is not None:
+            # NOTE: over the service's documented send rate: wait for the window, not counted as an attempt.
+            message.attempts -= 1
+            message.next_attempt_at = wait_until
+            return "retrying"
         result = send(notifier, notification(message.payload, now), now)
     except ValueError as exc:  # a receiver whose configuration no longer validates
         message.state, message.last_error = "failed", str(exc)
@@ -111,3 +117,19 @@ def _attempt(session: Session, message: OutboxMessage, now: datetime, send: Deli
     message.next_attempt_at = now + wait
     log.warning("notification %s to %s failed (%s); retrying in %s", message.id, message.receiver, result.error, wait)
     return "retrying"
+
+
+def _paced(session: Session, notifier: Notifier, receiver: str, now: datetime) -> datetime | None:
+    """Return when the next message may go if this receiver is at one of its documented rate limits."""
+    for limit, seconds in notifier.rate_limits:
+        window_start = now - timedelta(seconds=seconds)
+        recent = list(
+            session.scalars(
+                select(OutboxMessage.sent_at)
+                .where(OutboxMessage.receiver == receiver, OutboxMessage.sent_at > window_start)
+                .order_by(OutboxMessage.sent_at)
+            )
+        )
+        if len(recent) >= limit:
+            return recent[len(recent) - limit] + timedelta(seconds=seconds)
+    return None

@@ -123,3 +123,29 @@ def test_receivers_api_validates_hides_secrets_and_sends_a_test(client, admin, o
         sent = client.post("/api/receivers/chat/test", headers=operator).get_json()
         assert sent == {"ok": True, "error": "", "retry_after_s": None}
     assert chat.received[0]["alerts"][0]["labels"]["alertname"] == "flightdeck_test"
+
+
+def test_messages_are_paced_to_the_services_documented_rate(sessions) -> None:
+    from alerts.notifiers.base import DeliveryResult
+
+    sent = []
+    with sessions() as s, s.begin():
+        s.add(Receiver(name="chat", kind="dingtalk", config={"url": "https://oapi.dingtalk.com/robot/send?access_token=t"},
+                       severities=["P0"], matchers=[], enabled=True, created_at=T0))  # fmt: skip
+        for i in range(25):
+            s.add(OutboxMessage(receiver="chat", group_key=f"g{i}", status="firing", state="pending", attempts=0,
+                                next_attempt_at=T0, created_at=T0,
+                                payload={"receiver": "chat", "group_key": f"g{i}", "status": "firing", "alerts": [
+                                    {"fingerprint": "f", "name": "r", "severity": "P0", "status": "firing",
+                                     "starts_at": T0.isoformat(), "annotations": {"summary": "s"}}]}))  # fmt: skip
+
+    def record(notifier, note, now):
+        sent.append(now)
+        return DeliveryResult(ok=True)
+
+    assert deliver_due(sessions, now=T0, send=record) == {"sent": 20, "retrying": 5, "failed": 0}  # 20 a minute
+    with sessions() as s:
+        waiting = s.scalars(select(OutboxMessage).where(OutboxMessage.state == "pending")).all()
+        assert {m.next_attempt_at for m in waiting} == {T0 + timedelta(seconds=60)}
+        assert {m.attempts for m in waiting} == {0}
+    assert deliver_due(sessions, now=T0 + timedelta(seconds=60), send=record)["sent"] == 5
