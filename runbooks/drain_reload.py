@@ -60,14 +60,16 @@ def reload(ctx: Context) -> str | None:
     return f"{model} {slot} (version {result.get('version')}) reloads at generation {result.get('generation')}"
 
 
-def _reloaded(deployment: dict[str, Any], slot: str, generation: int) -> str | None:
+def _reloaded(deployment: dict[str, Any], live: set[str], slot: str, generation: int) -> str | None:
+    """Say done only when every live serving process reports the slot loaded at the reload's generation."""
     rows = [p for p in deployment["processes"] if p["slot"] == slot and p["generation"] >= generation]
     failed = [p for p in rows if p["state"] == "failed"]
     if failed:
         raise StepFailed(f"{failed[0]['process']} could not reload {slot}: {failed[0]['error']}")
-    if not rows or any(p["state"] != "loaded" for p in rows):
+    done = {p["process"] for p in rows if p["state"] == "loaded"}
+    if not rows or not live <= done:
         return None
-    return f"{len(rows)} process(es) reloaded {slot} (version {rows[0]['version']}) and verified it"
+    return f"{len(done)} process(es) reloaded {slot} (version {rows[0]['version']}) and verified it"
 
 
 def verify(ctx: Context) -> str | None:
@@ -75,7 +77,11 @@ def verify(ctx: Context) -> str | None:
 
     def reloaded() -> str | None:
         deployment = ctx.get(f"/api/models/{model}/deployment")
-        return _reloaded(deployment, slot, ctx.state.get("generation") or deployment["generation"])
+        try:
+            live = {p["process"] for p in ctx.get("/api/engine/desired").get("processes", [])}
+        except StepFailed:  # a server without the engine status list: judge by the slot rows alone
+            live = set()
+        return _reloaded(deployment, live, slot, ctx.state.get("generation") or deployment["generation"])
 
     return ctx.wait_for(f"every process has reloaded {model} {slot}", reloaded)
 
