@@ -80,13 +80,9 @@ class DingTalkNotifier(Notifier):
         ]
         if alert.status == "resolved" and alert.ends_at:
             lines.append(f"**Resolved:** {render.when(alert.ends_at)}")
-        links = [
-            f"[{label}]({url})"
-            for url, label in ((alert.console_url, "Console"), (alert.runbook_url, "Runbook"))
-            if url
-        ]
+        links = render.markdown_links(alert)
         if links:
-            lines.append(" · ".join(links))
+            lines.append(links)
         if alert.runbook_command:
             lines.append(f"> **Run:** {render.clip(alert.runbook_command, render.COMMAND_CHARS)}")
         return "\n\n".join(lines)

@@ -89,3 +89,9 @@ def fit(render: Callable[[int], T], total: int, fits: Callable[[T], bool], most:
         shown -= 1
         result = render(shown)
     return result
+
+
+def markdown_links(alert: Alert) -> str:
+    """Return the alert's console and runbook links as Markdown, joined by a middle dot ('' when none)."""
+    pairs = ((alert.console_url, "Console"), (alert.runbook_url, "Runbook"))
+    return " · ".join(f"[{label}]({url})" for url, label in pairs if url)
