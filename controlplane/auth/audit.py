@@ -105,6 +105,21 @@ def audited(session: Session, actor: Actor | None, action: str, target: str = ""
         raise
 
 
+@contextmanager
+def refusals_recorded(session: Session, actor: Actor | None, action: str, target: str) -> Iterator[None]:
+    """Let a refused change (an ApiError) leave an 'error' event in its own transaction, then re-raise.
+
+    For services that write their own 'ok' event beside the change; `audited` is for those that do not.
+    """
+    try:
+        yield
+    except ApiError as exc:
+        session.rollback()
+        record_event(session, actor, action, target, "error", {"error": exc.message})
+        session.commit()
+        raise
+
+
 def list_events(
     session: Session,
     *,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
@@ -11,6 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from controlplane.auth import Role, current_actor, record_event, require_role
+from controlplane.auth.audit import refusals_recorded
 from controlplane.db import get_db
 from controlplane.errors import ApiError, NotFound
 from controlplane.models import Deployment, EngineDesired, EngineStatus, Rollout, RolloutMeasurement, SlotStatus
@@ -72,6 +71,10 @@ def rollout_json(rollout: Rollout, measurements: list[RolloutMeasurement] | None
     return data
 
 
+def _refusals_recorded(session: Session, action: str, target: str):
+    return refusals_recorded(session, current_actor(), action, target)
+
+
 def _committed(session: Session) -> None:
     session.commit()
     _services().reconciler.wake()  # this process converges at once; others poll
@@ -89,11 +92,12 @@ def deploy(name: str) -> tuple[Response, int]:
         raise NotFound(f"model '{name}' has no version {version}; push it to the registry first")
     session = get_db()
     _services().reconciler.forget_failures(name)  # a person asked again: a failed version may retry
-    rollout = service.deploy(
-        session, name, version, current_actor().name, _audit,
-        strategy=body.get("strategy", "canary"), steps=body.get("steps"), pause_s=body.get("pause_s"),
-        shadow=bool(body.get("shadow", False)), policy=body.get("policy"), settings=_services().settings.rollout,
-    )  # fmt: skip
+    with _refusals_recorded(session, "rollout.start", f"{name}:{version}"):
+        rollout = service.deploy(
+            session, name, version, current_actor().name, _audit,
+            strategy=body.get("strategy", "canary"), steps=body.get("steps"), pause_s=body.get("pause_s"),
+            shadow=bool(body.get("shadow", False)), policy=body.get("policy"), settings=_services().settings.rollout,
+        )  # fmt: skip
     _committed(session)
     return jsonify(rollout_json(rollout)), 202
 
@@ -105,7 +109,8 @@ def act(rollout_id: int, action: str) -> Response:
     if action not in ACTIONS:
         raise NotFound(f"no rollout action {action!r}; use one of {list(ACTIONS)}")
     session = get_db()
-    rollout = service.act(session, rollout_id, action, current_actor().name, _audit)
+    with _refusals_recorded(session, f"rollout.{action}", str(rollout_id)):
+        rollout = service.act(session, rollout_id, action, current_actor().name, _audit)
     _committed(session)
     return jsonify(rollout_json(rollout))
 
@@ -115,7 +120,8 @@ def act(rollout_id: int, action: str) -> Response:
 def rollback(name: str) -> Response:
     """One-click rollback: traffic returns to the last stable version at once."""
     session = get_db()
-    result = service.rollback(session, name, current_actor().name, _audit, _services().settings.rollout)
+    with _refusals_recorded(session, "rollout.rollback", name):
+        result = service.rollback(session, name, current_actor().name, _audit, _services().settings.rollout)
     _committed(session)
     return jsonify(result)
 
@@ -163,18 +169,6 @@ def show(rollout_id: int) -> Response:
 
 
 # -- engine-wide desired state and slot reloads --------------------------------------------------
-
-
-@contextmanager
-def _refusals_recorded(session: Session, action: str, target: str) -> Iterator[None]:
-    """Let a refused change leave an 'error' audit event (its own transaction), then answer with the refusal."""
-    try:
-        yield
-    except ApiError as exc:
-        session.rollback()
-        record_event(session, current_actor(), action, target, "error", {"error": exc.message})
-        session.commit()
-        raise
 
 
 def _own_batching() -> dict[str, Any]:

@@ -13,6 +13,7 @@ import click
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from controlplane.auth.audit import refusals_recorded
 from controlplane.auth.cli import _database, cli_actor
 
 
@@ -57,10 +58,11 @@ def deploy(
         sessions = sessionmaker(session.get_bind())
         if not (version_folder(_settings(), sessions, model, version) / "model.onnx").is_file():
             raise click.ClickException(f"model '{model}' has no version {version}; push it to the registry first")
-        created = service.deploy(
-            session, model, version, f"cli:{cli_actor().name}", _audit, strategy=strategy, steps=parsed_steps,
-            pause_s=pause_s, policy=parsed_policy, settings=_settings().rollout,
-        )  # fmt: skip
+        with refusals_recorded(session, cli_actor(), "rollout.start", f"{model}:{version}"):
+            created = service.deploy(
+                session, model, version, f"cli:{cli_actor().name}", _audit, strategy=strategy, steps=parsed_steps,
+                pause_s=pause_s, policy=parsed_policy, settings=_settings().rollout,
+            )  # fmt: skip
         session.commit()
         click.echo(f"rollout {created.id}: {model} {created.from_version} -> {version} ({strategy}), {created.state}")
 
@@ -72,7 +74,8 @@ def rollback(model: str) -> None:
     from controlplane.rollout import service
 
     with _database() as session:
-        result = service.rollback(session, model, f"cli:{cli_actor().name}", _audit, _settings().rollout)
+        with refusals_recorded(session, cli_actor(), "rollout.rollback", model):
+            result = service.rollback(session, model, f"cli:{cli_actor().name}", _audit, _settings().rollout)
         session.commit()
     reload = " (reloading it first)" if result["reloaded"] else ""
     click.echo(f"{model}: traffic returning to version {result['version']}{reload}")
@@ -86,7 +89,8 @@ def act(rollout_id: int, action: str) -> None:
     from controlplane.rollout import service
 
     with _database() as session:
-        changed = service.act(session, rollout_id, action, f"cli:{cli_actor().name}", _audit)
+        with refusals_recorded(session, cli_actor(), f"rollout.{action}", str(rollout_id)):
+            changed = service.act(session, rollout_id, action, f"cli:{cli_actor().name}", _audit)
         session.commit()
         click.echo(f"rollout {rollout_id}: {changed.state} ({changed.reason})")
 

@@ -31,7 +31,8 @@ from controlplane.scheduler import utcnow
 
 log = logging.getLogger(__name__)
 
-# audit(session, action, target, outcome, detail)
+# audit(session, action, target, outcome, detail): a change's 'ok' event, in its transaction. Refusals
+# raise instead; the caller records them after rolling back (rollout.api._refusals_recorded).
 Audit = Callable[[Session, str, str, str, dict[str, Any]], None]
 DEFAULT_STEPS = (5, 25, 50, 100)
 
@@ -186,7 +187,6 @@ def act(
     try:
         target = transition(RolloutState(rollout.state), event)
     except IllegalTransition as exc:
-        audit(session, f"rollout.{event}", str(rollout_id), "error", {"reason": str(exc)})
         raise Conflict(str(exc)) from None
     if event == "abort":
         _back_to_stable(session, rollout, target, f"aborted by {actor}", now)
@@ -247,17 +247,14 @@ def rollback(
         .order_by(Rollout.finished_at.desc())
     ).first()
     if last is None or last.from_version is None:
-        audit(session, "rollout.rollback", model, "error", {"reason": "nothing to return to"})
         raise Conflict(f"model '{model}' has no earlier stable version to roll back to")
     if (now - last.finished_at).total_seconds() > settings.rollback_window_s:
-        audit(session, "rollout.rollback", model, "error", {"reason": "outside the rollback window"})
         raise Conflict(
             f"version {last.from_version} of '{model}' was last stable over {settings.rollback_window_s / 3600:.0f} h "
             "ago; deploy it again (with analysis) instead"
         )
     current = deployment.stable_slot
     if deployment.version_in(current) == last.from_version:
-        audit(session, "rollout.rollback", model, "error", {"reason": "already on the previous version"})
         raise Conflict(f"'{model}' already serves version {last.from_version}, the version before the last rollout")
     previous_slot = other(current)
     reloaded = deployment.version_in(previous_slot) != last.from_version

@@ -163,3 +163,12 @@ def test_dashboards_mark_rollout_starts_verdicts_and_endings(app, client, operat
     texts = " | ".join(a.get("text", "") for a in latency["layout"].get("annotations", []))
     assert "mlp 1 -&gt; 2 started (canary)" in texts or "mlp 1 -> 2 started (canary)" in texts, texts
     assert "step 1: inconclusive" in texts and "aborted" in texts
+
+
+def test_refused_rollout_actions_leave_an_error_audit_event(app, client, operator) -> None:
+    assert client.post("/api/models/mlp/rollback", headers=operator).status_code == 409
+    assert client.post("/api/models/mlp/deploy", json={"version": "1"}, headers=operator).status_code == 409
+    with app.extensions["flightdeck"].sessions() as session:
+        events = [(e.action, e.outcome, e.actor) for e in session.scalars(select(AuditEvent).order_by(AuditEvent.id))]
+    assert ("rollout.rollback", "error", "otto") in events
+    assert ("rollout.start", "error", "otto") in events
