@@ -9,18 +9,21 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from controlplane.app import create_app
+from controlplane.auth import Role
 from controlplane.cli import cli
 from controlplane.rollout.bench import call, operator_token
+from tests.controlplane.conftest import token_for
 from tests.controlplane.rollout.test_rollouts import advance, deploy, settle, versions_served
 from tests.servers import start_server
 
 
-def test_rollback_after_scale_down_reloads_and_verifies_before_moving_traffic(app_config, home, operator) -> None:
+def test_rollback_after_scale_down_reloads_and_verifies_before_moving_traffic(app_config, home) -> None:
+    # NOTE: its own app, and no other in this process: two would report slot status under one process id.
     app_config["scale_down_delay_s"] = 0.0
     application = create_app(app_config)
     client = application.test_client()
     try:
-        headers = operator
+        headers = token_for(application, "otto", Role.OPERATOR)
         rollout = deploy(client, headers, version="2", strategy="bluegreen")
         settle(application)
         # With no scale-down delay the old stable version goes in the same controller step.
