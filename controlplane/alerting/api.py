@@ -64,6 +64,14 @@ def list_alerts() -> Response:
     return jsonify({"alerts": [alert_json(r) for r in rows]})
 
 
+def alert_timeline(session: Session, fingerprint: str) -> list[dict[str, Any]]:
+    """Return an alert's events, oldest first: state changes, notifications, suppressions, runbook runs, acks."""
+    events = session.scalars(select(AlertEvent).where(AlertEvent.fingerprint == fingerprint).order_by(AlertEvent.id))
+    return [
+        {"ts": e.ts.isoformat(), "kind": e.kind, "state": e.state, "value": e.value, "detail": e.detail} for e in events
+    ]
+
+
 @bp.get("/alerts/<fingerprint>")
 def show_alert(fingerprint: str) -> Response:
     """One alert with its timeline: state changes, notifications, suppressions, runbook runs, acks."""
@@ -71,11 +79,7 @@ def show_alert(fingerprint: str) -> Response:
     row = session.get(AlertRecord, fingerprint)
     if row is None:
         raise NotFound(f"no alert {fingerprint}")
-    events = session.scalars(select(AlertEvent).where(AlertEvent.fingerprint == fingerprint).order_by(AlertEvent.id))
-    timeline = [
-        {"ts": e.ts.isoformat(), "kind": e.kind, "state": e.state, "value": e.value, "detail": e.detail} for e in events
-    ]
-    return jsonify({**alert_json(row), "timeline": timeline})
+    return jsonify({**alert_json(row), "timeline": alert_timeline(session, fingerprint)})
 
 
 @bp.post("/alerts/<fingerprint>/ack")

@@ -81,7 +81,7 @@ def _committed(session: Session) -> None:
 
 
 @bp.post("/models/<name>/deploy")
-@require_role(Role.OPERATOR)
+@require_role(Role.OPERATOR, action="rollout.start")
 def deploy(name: str) -> tuple[Response, int]:
     """Start a rollout of a version: canary (steps with analysis) or bluegreen (verify, then switch)."""
     body = _body()
@@ -116,7 +116,7 @@ def act(rollout_id: int, action: str) -> Response:
 
 
 @bp.post("/models/<name>/rollback")
-@require_role(Role.OPERATOR)
+@require_role(Role.OPERATOR, action="rollout.rollback")
 def rollback(name: str) -> Response:
     """One-click rollback: traffic returns to the last stable version at once."""
     session = get_db()
@@ -126,46 +126,54 @@ def rollback(name: str) -> Response:
     return jsonify(result)
 
 
+def describe_deployment(session: Session, name: str) -> dict[str, Any] | None:
+    """Return a model's desired slots, what each process reports and its latest rollouts; None if undeployed."""
+    desired = session.get(Deployment, name)
+    if desired is None:
+        return None
+    statuses = session.scalars(select(SlotStatus).where(SlotStatus.model == name).order_by(SlotStatus.process))
+    rollouts = session.scalars(select(Rollout).where(Rollout.model == name).order_by(Rollout.id.desc()).limit(10))
+    return {
+        "model": name,
+        "slots": {slot: {"version": desired.version_in(slot), "weight": desired.weights()[slot]} for slot in ("blue", "green")},
+        "stable_slot": desired.stable_slot,
+        "generation": desired.generation,
+        "processes": [
+            {"process": s.process, "slot": s.slot, "version": s.version, "state": s.state, "error": s.error,
+             "generation": s.generation, "updated_at": s.updated_at.isoformat()}
+            for s in statuses
+        ],
+        "rollouts": [rollout_json(r) for r in rollouts],
+    }  # fmt: skip
+
+
+def describe_rollout(session: Session, rollout_id: int) -> dict[str, Any] | None:
+    """Return a rollout with every step's analysis, or None if there is no such rollout."""
+    rollout = session.get(Rollout, rollout_id)
+    if rollout is None:
+        return None
+    measurements = session.scalars(
+        select(RolloutMeasurement).where(RolloutMeasurement.rollout_id == rollout_id).order_by(RolloutMeasurement.id)
+    )
+    return rollout_json(rollout, list(measurements))
+
+
 @bp.get("/models/<name>/deployment")
 def deployment(name: str) -> Response:
     """Desired state of a model's slots, what each process reports, and its latest rollouts."""
-    session = get_db()
-    desired = session.get(Deployment, name)
-    if desired is None:
+    found = describe_deployment(get_db(), name)
+    if found is None:
         raise NotFound(f"model '{name}' has no deployment")
-    statuses = session.scalars(select(SlotStatus).where(SlotStatus.model == name).order_by(SlotStatus.process))
-    rollouts = session.scalars(select(Rollout).where(Rollout.model == name).order_by(Rollout.id.desc()).limit(10))
-    return jsonify(
-        {
-            "model": name,
-            "slots": {slot: {"version": desired.version_in(slot), "weight": desired.weights()[slot]} for slot in ("blue", "green")},
-            "stable_slot": desired.stable_slot,
-            "generation": desired.generation,
-            "processes": [
-                {"process": s.process, "slot": s.slot, "version": s.version, "state": s.state, "error": s.error,
-                 "generation": s.generation, "updated_at": s.updated_at.isoformat()}
-                for s in statuses
-            ],
-            "rollouts": [rollout_json(r) for r in rollouts],
-        }
-    )  # fmt: skip
+    return jsonify(found)
 
 
 @bp.get("/rollouts/<int:rollout_id>")
 def show(rollout_id: int) -> Response:
     """A rollout with every step's analysis: why it moved or stopped."""
-    session = get_db()
-    rollout = session.get(Rollout, rollout_id)
-    if rollout is None:
+    found = describe_rollout(get_db(), rollout_id)
+    if found is None:
         raise NotFound(f"no rollout {rollout_id}")
-    measurements = list(
-        session.scalars(
-            select(RolloutMeasurement)
-            .where(RolloutMeasurement.rollout_id == rollout_id)
-            .order_by(RolloutMeasurement.id)
-        )
-    )
-    return jsonify(rollout_json(rollout, measurements))
+    return jsonify(found)
 
 
 # -- engine-wide desired state and slot reloads --------------------------------------------------

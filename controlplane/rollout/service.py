@@ -222,25 +222,31 @@ def _promote(session: Session, rollout: Rollout, index: int, now: datetime, reas
         _set(deployment, now, **_weights(rollout.candidate_slot, percent), shadow_slot=shadow_slot)
 
 
-def rollback(
-    session: Session,
-    model: str,
-    actor: str,
-    audit: Audit,
-    settings: RolloutSettings = RolloutSettings(),
-    now: datetime | None = None,
-) -> dict[str, Any]:
-    """Return traffic to the last stable version at once; reload it first if it was scaled down."""
+@dataclass(frozen=True)
+class RollbackPlan:
+    """What a rollback of a model would do now: stop `active`, or return to `version` in `slot`."""
+
+    model: str
+    version: str
+    replacing: str | None  # the version that stops taking traffic
+    slot: str
+    active: Rollout | None = None  # the rollout in progress that the rollback stops
+    last: Rollout | None = None  # else: the finished rollout it undoes
+    reloaded: bool = False  # the version must be loaded again before traffic returns to it
+
+
+def plan_rollback(
+    session: Session, model: str, settings: RolloutSettings = RolloutSettings(), now: datetime | None = None
+) -> RollbackPlan:
+    """Say what a rollback would do now, or raise NotFound / Conflict saying why there is nothing to roll back."""
     now = now or utcnow()
     deployment = session.get(Deployment, model)
     if deployment is None:
         raise NotFound(f"model '{model}' has no deployment")
     rollout = active_rollout(session, model)
     if rollout is not None:
-        _back_to_stable(session, rollout, RolloutState.ROLLED_BACK, f"rolled back by {actor}", now)
-        result = {"model": model, "version": rollout.from_version, "rollout": rollout.id, "reloaded": False}
-        audit(session, "rollout.rollback", model, "ok", result)
-        return result
+        stable = deployment.stable_slot
+        return RollbackPlan(model, rollout.from_version or "?", rollout.to_version, stable, active=rollout)
     last = session.scalars(
         select(Rollout)
         .where(Rollout.model == model, Rollout.state == RolloutState.SUCCEEDED.value, Rollout.strategy != "rollback")
@@ -258,6 +264,31 @@ def rollback(
         raise Conflict(f"'{model}' already serves version {last.from_version}, the version before the last rollout")
     previous_slot = other(current)
     reloaded = deployment.version_in(previous_slot) != last.from_version
+    return RollbackPlan(
+        model, last.from_version, deployment.version_in(current), previous_slot, last=last, reloaded=reloaded
+    )
+
+
+def rollback(
+    session: Session,
+    model: str,
+    actor: str,
+    audit: Audit,
+    settings: RolloutSettings = RolloutSettings(),
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """Return traffic to the last stable version at once; reload it first if it was scaled down."""
+    now = now or utcnow()
+    plan = plan_rollback(session, model, settings, now)
+    if plan.active is not None:
+        rollout = plan.active
+        _back_to_stable(session, rollout, RolloutState.ROLLED_BACK, f"rolled back by {actor}", now)
+        result = {"model": model, "version": rollout.from_version, "rollout": rollout.id, "reloaded": False}
+        audit(session, "rollout.rollback", model, "ok", result)
+        return result
+    assert plan.last is not None
+    deployment = session.get(Deployment, model)
+    last, previous_slot, reloaded = plan.last, plan.slot, plan.reloaded
     record = Rollout(
         model=model, from_version=last.to_version, to_version=last.from_version, candidate_slot=previous_slot,
         strategy="rollback", steps=[100], step_index=0, pause_s=0.0, shadow=False, policy={},

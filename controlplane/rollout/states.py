@@ -52,6 +52,11 @@ _TRANSITIONS: dict[tuple[RolloutState, str], RolloutState] = {
 }
 
 
+def allowed_events(state: RolloutState) -> frozenset[str]:
+    """Return the events that may happen to a rollout in `state`."""
+    return frozenset(e for (s, e) in _TRANSITIONS if s == state)
+
+
 def transition(state: RolloutState, event: str) -> RolloutState:
     """Return the state after `event`, or raise IllegalTransition naming both."""
     try:
