@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -68,10 +69,12 @@ class ScriptProcess:
         env: dict[str, str],
         cwd: Path,
         timeout_s: float,
-        on_step: Callable[[dict[str, Any]], None] | None = None,
+        on_progress: Callable[[str, dict[str, Any] | None], None] | None = None,
+        progress_every_s: float = 0.5,
     ) -> None:
         self.argv, self.env, self.cwd, self.timeout_s = argv, env, cwd, timeout_s
-        self._on_step = on_step
+        self._on_progress = on_progress
+        self._progress_every_s = progress_every_s
         self._process: subprocess.Popen[bytes] | None = None
         self._timed_out = self._stopped = False
         self._lock = threading.Lock()
@@ -123,6 +126,7 @@ class ScriptProcess:
         kept: list[bytes] = []
         kept_bytes = dropped = 0
         steps: list[dict[str, Any]] = []
+        reported_at, reported_bytes = time.monotonic(), 0
         for raw in iter(lambda: stream.readline(MAX_LINE_BYTES), b""):
             if kept_bytes + len(raw) <= MAX_OUTPUT_BYTES:
                 kept.append(raw)
@@ -132,8 +136,14 @@ class ScriptProcess:
             step = parse_step(raw.decode("utf-8", "replace"))
             if step is not None and len(steps) < MAX_STEPS:
                 steps.append(step)
-                if self._on_step is not None:
-                    self._on_step(step)
+            else:
+                step = None
+            # NOTE: output so far goes out with every step and at most every progress_every_s otherwise,
+            # so people watch it live without a database write per line.
+            due = time.monotonic() - reported_at >= self._progress_every_s and kept_bytes > reported_bytes
+            if self._on_progress is not None and (step is not None or due):
+                self._on_progress(b"".join(kept).decode("utf-8", "replace"), step)
+                reported_at, reported_bytes = time.monotonic(), kept_bytes
         stream.close()
         output = b"".join(kept).decode("utf-8", "replace")
         if dropped:

@@ -228,7 +228,9 @@ class RunbookRunner:
             return False
         argv, env, timeout_s = started
         done = threading.Event()
-        process = ScriptProcess(argv, env, self._cwd, timeout_s, on_step=lambda step: self._record_step(run_id, step))
+        process = ScriptProcess(
+            argv, env, self._cwd, timeout_s, on_progress=lambda out, step: self._record_progress(run_id, out, step)
+        )
         try:
             process.start()
         except OSError as exc:
@@ -391,15 +393,18 @@ class RunbookRunner:
             session.commit()
         return None
 
-    def _record_step(self, run_id: int, step: dict[str, Any]) -> None:
+    def _record_progress(self, run_id: int, output: str, step: dict[str, Any] | None) -> None:
+        """Record a running script's output so far and its newest step, for people watching it."""
         try:
             with self._sessions() as session:
                 run = session.get(RunbookRun, run_id)
-                if run is not None:
-                    run.steps = [*run.steps, step]
+                if run is not None and run.state == RunState.RUNNING.value:
+                    run.output = output
+                    if step is not None:
+                        run.steps = [*run.steps, step]
                     session.commit()
         except SQLAlchemyError:
-            log.exception("could not record a step of runbook run %d", run_id)
+            log.exception("could not record the progress of runbook run %d", run_id)
 
     def _supervise(self, run_id: int, process: ScriptProcess, done: threading.Event) -> None:
         try:
