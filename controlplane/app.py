@@ -8,7 +8,7 @@ from typing import Any
 
 from flask import Flask, Response, g
 
-from controlplane import dashboards_view, db, errors, inference_api, openapi, ops_api
+from controlplane import console, dashboards_view, db, errors, inference_api, openapi, ops_api
 from controlplane.alerting import api as alerts_api
 from controlplane.auth import api as auth_api
 from controlplane.config import Settings, load_settings
@@ -39,6 +39,7 @@ def create_app(config: Mapping[str, Any] | None = None, services: Services | Non
     app.register_blueprint(rollout_api.bp)
     app.register_blueprint(alerts_api.bp)
     app.register_blueprint(runbooks_api.bp)
+    app.register_blueprint(console.bp)
 
     @app.before_request
     def _request_id() -> None:

@@ -120,13 +120,23 @@ def config(markdown: bool) -> None:
 
 @cli.command()
 @click.option("--url", help="Server base URL (default: from FLIGHTDECK_HOST/PORT).")
-def status(url: str | None) -> None:
+@click.option("--token", envvar="FLIGHTDECK_TOKEN", help="A viewer's API token (or FLIGHTDECK_TOKEN); reads need one.")
+def status(url: str | None, token: str | None) -> None:
     """Show what a running server serves: readiness, models, slots, providers, weights."""
     settings = _settings()
     base = url or f"http://{settings.host}:{settings.port}"
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        with urllib.request.urlopen(f"{base}/api/engine", timeout=5) as response:
+        request = urllib.request.Request(f"{base}/api/engine", headers=headers)
+        with urllib.request.urlopen(request, timeout=5) as response:
             data = json.load(response)
+    except urllib.error.HTTPError as exc:
+        hint = (
+            " (set FLIGHTDECK_TOKEN to a viewer's token: python -m controlplane tokens create)"
+            if exc.code == 401
+            else ""
+        )
+        raise click.ClickException(f"{base} refused: HTTP {exc.code}{hint}") from None
     except (urllib.error.URLError, OSError) as exc:
         raise click.ClickException(f"cannot reach {base}: {exc}") from None
     click.echo(f"{base}  ready={data['ready']} draining={data['draining']}")

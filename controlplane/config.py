@@ -95,10 +95,15 @@ class Settings:
         False, "Require an API token (any role) on every /v2 request except /v2/health/*; refusals get 401."
     )
     auth_reads: bool = _setting(
-        False,
-        "Require a viewer (token or login) for management reads (GET /api/*, except /api/session and "
-        "/api/openapi.json). Writes always need an operator or admin. The console's login page arrives with "
-        "the console issue; until then a browser gets a session only by POSTing to /api/session.",
+        True,
+        "Require a viewer (token or console login) for management reads (GET /api/*, except /api/session and "
+        "/api/openapi.json). Writes always need an operator or admin. false opens the reads to anyone who can "
+        "reach the port (the console's pages always need a login).",
+    )
+    cookie_secure: str = _setting(
+        "auto",
+        "Secure flag on the session cookie: auto (when the request came over HTTPS, as gunicorn sees it behind "
+        "FORWARDED_ALLOW_IPS), always, or never. Use always whenever the console is reached over HTTPS.",
     )
     login_max_failures: int = _setting(
         5, "Failed logins per name and client address before further attempts are refused (429) for a while."
@@ -211,6 +216,7 @@ class Settings:
             "device": ("auto", "cpu", "cuda"),
             "ort_graph_optimization": ("disable", "basic", "extended", "all"),
             "ort_arena_extend_strategy": ("kNextPowerOfTwo", "kSameAsRequested"),
+            "cookie_secure": ("auto", "always", "never"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:

@@ -14,9 +14,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Protocol
 
-import plotly
-from flask import Blueprint, Response, current_app, jsonify, render_template, request, send_file
+from flask import Blueprint, Response, current_app, jsonify, request, send_file
 
+from controlplane.console.base import login_required
+from controlplane.console.base import page as console_page
 from controlplane.errors import ApiError, NotFound
 from dashboards import figures
 
@@ -35,12 +36,6 @@ REFRESH_CHOICES_S = (10, 30, 60, 300)
 DEFAULT_REFRESH_S = 30
 MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 PLOTLY_MAX_AGE_S = 365 * 24 * 3600
-# Everything comes from this server. plotly.js writes inline styles; it compiles code at run time only
-# for WebGL traces (regl), which these figures do not use, so no 'unsafe-eval'.
-PAGE_CSP = (
-    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-    "img-src 'self' data: blob:; connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'self'"
-)
 
 
 class History(Protocol):
@@ -115,7 +110,8 @@ def plotly_js_path() -> Path:
 
 
 @bp.get("/dashboards")
-def page() -> tuple[str, int, dict[str, str]]:
+@login_required
+def page() -> Response:
     """Render the dashboards page; the figures load from the API once the page is up."""
     error, status = None, 200
     try:
@@ -129,8 +125,9 @@ def page() -> tuple[str, int, dict[str, str]]:
     models = current_app.extensions["flightdeck"].engine.models()
     if model and model not in models:
         models = sorted([*models, model])  # history may hold a model no longer loaded here
-    html = render_template(
+    return console_page(
         "dashboards.html",
+        status,
         figures=figures.FIGURES,
         models=models,
         model=model or "",
@@ -139,10 +136,8 @@ def page() -> tuple[str, int, dict[str, str]]:
         refresh_choices=REFRESH_CHOICES_S,
         refresh=request.args.get("refresh") == "on",
         refresh_s=refresh_s,
-        plotly_version=plotly.__version__,
         error=error,
     )
-    return html, status, {"Content-Security-Policy": PAGE_CSP}
 
 
 @bp.get("/api/dashboards/figures")

@@ -48,8 +48,12 @@ def home(tmp_path: Path, demo_store: Path) -> Path:
 
 @pytest.fixture
 def app_config(home: Path) -> dict:
-    """Overrides for create_app; tests may update it before asking for `app`."""
-    return {"home": str(home), "scheduler": False, "log_sample_rate": 1.0}
+    """Overrides for create_app; tests may update it before asking for `app`.
+
+    Reads are open here so that tests about serving, history or rollouts can GET without a token;
+    access control is tested in tests/controlplane/auth, against the product default (reads need a viewer).
+    """
+    return {"home": str(home), "scheduler": False, "log_sample_rate": 1.0, "auth_reads": False}
 
 
 @pytest.fixture

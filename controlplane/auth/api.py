@@ -2,12 +2,11 @@
 
 Registering this blueprint also installs the app-wide checks (`guard.guard_request`), the
 handler that puts WWW-Authenticate and Retry-After on access errors, the login throttle, and
-SameSite=Lax on the session cookie.
+the session cookie's flags (HttpOnly, SameSite=Lax, Secure per FLIGHTDECK_COOKIE_SECURE).
 """
 
 from __future__ import annotations
 
-import math
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,7 +15,8 @@ from flask.blueprints import BlueprintSetupState
 
 from controlplane.auth import tokens, users
 from controlplane.auth.audit import MAX_LIMIT, audited, event_to_dict, list_events, record_event
-from controlplane.auth.errors import AuthError, Forbidden, TooManyAttempts, Unauthorized
+from controlplane.auth.cookies import init_cookies
+from controlplane.auth.errors import AuthError, Forbidden
 from controlplane.auth.guard import (
     csrf_ok,
     csrf_token,
@@ -26,10 +26,10 @@ from controlplane.auth.guard import (
     public,
     refusal,
     require_role,
-    start_session,
 )
+from controlplane.auth.login import log_in
 from controlplane.auth.roles import Actor, Role
-from controlplane.auth.throttle import LoginThrottle, throttle_key
+from controlplane.auth.throttle import LoginThrottle
 from controlplane.db import get_db
 from controlplane.errors import ApiError, NotFound, error_response
 from controlplane.history.api import parse_time
@@ -47,8 +47,7 @@ def _setup(state: BlueprintSetupState) -> None:
     app = state.app
     settings = app.extensions["flightdeck"].settings
     app.extensions.setdefault(THROTTLE, LoginThrottle(settings.login_max_failures, settings.login_lockout_s))
-    if app.config.get("SESSION_COOKIE_SAMESITE") is None:
-        app.config["SESSION_COOKIE_SAMESITE"] = "Lax"
+    init_cookies(app, settings.cookie_secure)
 
 
 @bp.app_errorhandler(AuthError)
@@ -104,29 +103,7 @@ def login() -> Response:
         raise ApiError("'name' is required (a string)")
     if not isinstance(password, str) or not password:
         raise ApiError("'password' is required (a string)")
-    db = get_db()
-    throttle: LoginThrottle = current_app.extensions[THROTTLE]
-    key = throttle_key(name, request.remote_addr)
-    wait = throttle.retry_after(key)
-    if wait:
-        # NOTE: refused before the password is checked, so a locked-out guesser learns nothing.
-        record_event(db, None, "auth.login", name, "denied", {"reason": "throttled", "retry_after_s": math.ceil(wait)})
-        db.commit()
-        raise TooManyAttempts(f"too many failed logins; try again in {math.ceil(wait)} s", math.ceil(wait))
-    user, reason = users.authenticate(db, name, password)
-    if user is None:
-        lockout = throttle.failed(key)
-        detail = {"reason": reason, "failures": throttle.failures(key)}
-        if lockout:
-            detail["locked_for_s"] = math.ceil(lockout)
-        record_event(db, None, "auth.login", name, "denied", detail)
-        db.commit()
-        raise Unauthorized("wrong name or password")
-    throttle.succeeded(key)
-    start_session(user)
-    actor = current_actor()
-    record_event(db, actor, "auth.login", user.name, "ok")
-    db.commit()
+    actor = log_in(get_db(), current_app.extensions[THROTTLE], name, password, request.remote_addr)
     return jsonify(_whoami(actor))
 
 

@@ -40,3 +40,13 @@ def operator(app) -> dict[str, str]:
 @pytest.fixture
 def viewer(app) -> dict[str, str]:
     return token_for(app, "vic", Role.VIEWER)
+
+
+def log_in(client, app, name: str, role: Role, password: str = "a-long-password-1") -> str:
+    """Create a user with `role`, log the test client in as them; return the session's CSRF token."""
+    with app.extensions["flightdeck"].sessions() as session:
+        user_service.create_user(session, name, password, role, datetime.now(UTC))
+        session.commit()
+    response = client.post("/api/session", json={"name": name, "password": password})
+    assert response.status_code == 200, response.get_json()
+    return response.get_json()["csrf_token"]

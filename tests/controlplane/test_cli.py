@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from controlplane.cli import cli
+from controlplane.rollout.bench import operator_token
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,14 +39,17 @@ def test_db_upgrade_creates_the_schema(tmp_path: Path, monkeypatch) -> None:
     assert (tmp_path / "flightdeck.db").exists()
 
 
-def test_status_reads_a_running_server(server) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "controlplane", "status", "--url", server.url],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def test_status_reads_a_running_server_with_a_token(server) -> None:
+    def status(token: str | None) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if k != "FLIGHTDECK_TOKEN"} | (
+            {"FLIGHTDECK_TOKEN": token} if token else {}
+        )
+        argv = [sys.executable, "-m", "controlplane", "status", "--url", server.url]
+        return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+
+    refused = status(None)
+    assert refused.returncode != 0 and "HTTP 401" in refused.stderr and "FLIGHTDECK_TOKEN" in refused.stderr
+    result = status(operator_token(server.home))
     assert result.returncode == 0, result.stderr
     assert "ready=True" in result.stdout and "blue: version 1 on CPUExecutionProvider" in result.stdout
 

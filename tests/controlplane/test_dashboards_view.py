@@ -1,7 +1,7 @@
 """The dashboards page, its figures API and the locally served plotly.js.
 
-The app does not build a history service yet, so these tests attach a small fake one with fixed data
-(the real history queries are tested with the history package).
+These tests attach a small fake history with fixed data (the real history queries are tested with
+the history package).
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from datetime import datetime, timedelta
 import pytest
 
 from controlplane import dashboards_view
+from controlplane.auth import Role
 from dashboards.figures import FIGURES
+from tests.controlplane.conftest import log_in
 
 HOSTILE = "<script>alert(1)</script>"
 
@@ -47,10 +49,9 @@ def quick_app(app_config: dict) -> None:
 
 
 @pytest.fixture
-def history(app) -> FakeHistory:
-    """Register the blueprint (until create_app does) and attach the fake history."""
-    if "dashboards" not in app.blueprints:
-        app.register_blueprint(dashboards_view.bp)
+def history(app, client) -> FakeHistory:
+    """Log the client in (the page is the console's) and attach the fake history."""
+    log_in(client, app, "vic", Role.VIEWER)
     fake = FakeHistory()
     app.extensions["flightdeck"].history = fake
     return fake

@@ -36,6 +36,7 @@ def app_config(home: Path) -> dict:
         "log_sample_rate": 0.0,
         "load_models": "mlp",
         "warmup_max_sequence": 16,
+        "auth_reads": False,  # reading runs back needs no token here; tests/controlplane/auth covers access
     }
 
 

@@ -100,9 +100,15 @@ def test_a_write_nobody_guarded_still_needs_an_operator(guarded_app: Flask, acco
     assert [e.outcome for e in audit_events(guarded_app)] == ["denied", "denied"]
 
 
-def test_reads_are_open_by_default(client) -> None:
-    assert client.get("/api/history/metrics").status_code == 200
+def test_reads_can_be_opened(client) -> None:
+    assert client.get("/api/history/metrics").status_code == 200  # the tests' app_config sets auth_reads false
     assert client.get("/api/engine").status_code == 200
+
+
+def test_reads_need_a_viewer_by_default() -> None:
+    from controlplane.config import load_settings
+
+    assert load_settings({}).auth_reads is True
 
 
 @pytest.fixture

@@ -6,5 +6,6 @@ import pytest
 
 
 @pytest.fixture
-def app_config(home) -> dict:
-    return {"home": str(home), "scheduler": False, "log_sample_rate": 0.0, "load_models": "mlp"}
+def app_config(app_config: dict) -> dict:
+    """The shared test settings (tests/conftest.py), serving only mlp and logging no request lines."""
+    return app_config | {"log_sample_rate": 0.0, "load_models": "mlp"}

@@ -315,7 +315,7 @@ def test_changes_need_an_operator(app, client, viewer) -> None:
         assert anonymous.status_code == 401, path
         assert anonymous.get_json()["error"]["code"]
         assert getattr(client, method)(path, json=body, headers=viewer).status_code == 403, path
-    assert client.get("/api/engine/desired").status_code == 200  # reads are open by default
+    assert client.get("/api/engine/desired").status_code == 200  # reads are open in these tests (app_config)
     desired = client.get("/api/engine/desired").get_json()
     assert desired["generation"] == 1 and desired["compact_generation"] == 0
     for action in ("engine.batching", "engine.compact", "slot.reload"):

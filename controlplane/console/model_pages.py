@@ -1,0 +1,163 @@
+"""The overview (every model at a glance) and a model's page (versions, slots, rollout, actions, charts)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from flask import Response
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from controlplane.alerting.api import alert_json
+from controlplane.console.base import bp, login_required, page, services
+from controlplane.db import get_db
+from controlplane.errors import ApiError, NotFound
+from controlplane.models import AlertRecord, Deployment
+from controlplane.modelstore import list_versions
+from controlplane.registry.archive import ArchiveLimits
+from controlplane.registry.service import Registry, version_dict
+from controlplane.rollout import service as rollouts
+from controlplane.rollout.api import ACTIONS, describe_deployment, describe_rollout
+from controlplane.rollout.states import ACTIVE, RolloutState, allowed_events
+
+FIGURES_WINDOW = timedelta(minutes=5)  # the overview's rate, p99 and error rate are over this window
+OVERVIEW_REFRESH_S = 5
+MODEL_REFRESH_S = 3
+
+
+def _model_names(db: Session) -> list[str]:
+    deployed = set(db.scalars(select(Deployment.model)))
+    return sorted(deployed | set(services().engine.models()))
+
+
+def _firing_by_model(db: Session) -> dict[str, list[dict[str, Any]]]:
+    found: dict[str, list[dict[str, Any]]] = {}
+    rows = db.scalars(select(AlertRecord).where(AlertRecord.state == "firing"))
+    for row in sorted(rows, key=lambda r: (r.severity, r.rule)):
+        found.setdefault(row.labels.get("model", ""), []).append(alert_json(row))
+    return found
+
+
+def _live_figures(model: str | None = None) -> dict[tuple[str, str], dict[str, Any]]:
+    now = datetime.now(UTC)
+    rows = services().history.summary(now - FIGURES_WINDOW, now, model)
+    return {(r["model"], r["version"]): r for r in rows}
+
+
+def health(deployment: dict[str, Any] | None, ready: bool, firing: list[dict[str, Any]]) -> tuple[str, str]:
+    """Return (level, words) for a model: failing, degraded, rolling out or healthy."""
+    failed = [p for p in (deployment or {}).get("processes", []) if p["state"] == "failed"]
+    if not ready:
+        return "failing", "not ready"
+    if any(a["severity"] == "P0" for a in firing):
+        return "failing", "P0 alert firing"
+    if failed:
+        return "degraded", f"{len(failed)} slot load(s) failed"
+    if firing:
+        return "degraded", f"{len(firing)} alert(s) firing"
+    active = [r for r in (deployment or {}).get("rollouts", []) if r["state"] in ACTIVE]
+    if active:
+        return "rolling", f"rolling out v{active[0]['to_version']} ({active[0]['state']})"
+    return "healthy", "healthy"
+
+
+def _live_versions(deployment: dict[str, Any] | None, figures: dict[tuple[str, str], dict]) -> list[dict[str, Any]]:
+    if deployment is None:
+        return []
+    live = []
+    for slot, info in deployment["slots"].items():
+        if info["version"] is None:
+            continue
+        shown = figures.get((deployment["model"], info["version"]), {})
+        live.append({"slot": slot, "version": info["version"], "weight": info["weight"], "stable": slot == deployment["stable_slot"], **{k: shown.get(k) for k in ("throughput", "p99", "error_rate", "requests")}})  # fmt: skip
+    return sorted(live, key=lambda v: -v["weight"])
+
+
+@bp.get("/")
+@login_required
+def overview() -> Response:
+    """Every model's health, live versions and split, rate, p99, error rate, and the firing alerts."""
+    db = get_db()
+    engine = services().engine
+    firing = _firing_by_model(db)
+    figures = _live_figures()
+    models = []
+    for name in _model_names(db):
+        deployment = describe_deployment(db, name)
+        ready = engine.model_ready(name) if name in engine.models() else False
+        level, words = health(deployment, ready, firing.get(name, []))
+        models.append({"name": name, "level": level, "health": words, "versions": _live_versions(deployment, figures),
+                       "alerts": firing.get(name, [])})  # fmt: skip
+    others = [a for key, alerts in firing.items() if key not in {m["name"] for m in models} for a in alerts]
+    return page(
+        "console/overview.html",
+        models=models,
+        alerts=[a for m in models for a in m["alerts"]] + others,
+        window_m=int(FIGURES_WINDOW.total_seconds() // 60),
+        refresh_s=OVERVIEW_REFRESH_S,
+        draining=engine.draining,
+    )
+
+
+def _versions(name: str) -> list[dict[str, Any]]:
+    """Return the registry's versions of a model, plus versions only in the plain store (the demo models)."""
+    settings = services().settings
+    registry = Registry(services().sessions, settings.home, ArchiveLimits.from_settings(settings))
+    found = {row.version: version_dict(row) for row in registry.list(name)}
+    for version in list_versions(settings.model_store, name):
+        found.setdefault(version, {"name": name, "version": version, "sha256": None, "pushed_by": "model store",
+                                   "pushed_at": None, "tags": [], "golden": None, "description": ""})  # fmt: skip
+    return list(found.values())
+
+
+def _rollback_plan(db: Session, name: str) -> dict[str, Any]:
+    try:
+        plan = rollouts.plan_rollback(db, name, services().settings.rollout)
+    except ApiError as exc:
+        return {"possible": False, "why": exc.message}
+    if plan.active is not None:
+        what = (f"Stops rollout #{plan.active.id}: all traffic for {name} returns to version {plan.version} "
+                f"(slot {plan.slot}) at once, and version {plan.replacing} is taken out.")  # fmt: skip
+    elif plan.reloaded:
+        what = (f"Version {plan.version} of {name} is loaded into slot {plan.slot} again and checked; then all "
+                f"traffic moves from version {plan.replacing} to it.")  # fmt: skip
+    else:
+        what = f"All traffic for {name} returns to version {plan.version} (slot {plan.slot}) at once; version {plan.replacing} stays loaded."
+    return {"possible": True, "version": plan.version, "what": what}
+
+
+@bp.get("/models/<name>")
+@login_required
+def model(name: str) -> Response:
+    """A model: versions, slots and processes, the rollout in progress, the actions, and its charts."""
+    db = get_db()
+    versions = _versions(name)
+    deployment = describe_deployment(db, name)
+    if deployment is None and not versions:
+        raise NotFound(f"no model named {name!r}")
+    active = None
+    if deployment:
+        current = next((r for r in deployment["rollouts"] if r["state"] in ACTIVE), None)
+        if current is not None:
+            active = describe_rollout(db, current["id"])
+            events = allowed_events(RolloutState(current["state"]))
+            active["actions"] = [a for a in ACTIONS if a in events]
+    firing = _firing_by_model(db).get(name, [])
+    engine = services().engine
+    ready = engine.model_ready(name) if name in engine.models() else False
+    level, words = health(deployment, ready, firing)
+    return page(
+        "console/model.html",
+        name=name,
+        level=level,
+        health=words,
+        versions=versions,
+        deployment=deployment,
+        live=_live_versions(deployment, _live_figures(name)),
+        active=active,
+        rollback=_rollback_plan(db, name) if deployment else {"possible": False, "why": "not deployed"},
+        alerts=firing,
+        refresh_s=MODEL_REFRESH_S,
+        defaults=services().settings.rollout,
+    )

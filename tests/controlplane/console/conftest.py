@@ -1,0 +1,38 @@
+"""Console tests: the real app (mlp only) with the product's access defaults, and logged-in test clients."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from controlplane.auth import Role
+from tests.controlplane.conftest import log_in
+
+HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+
+
+@pytest.fixture
+def app_config(app_config: dict) -> dict:
+    """Serve only mlp, warmed at the shortest bucket; reads need a viewer, as in production."""
+    config = app_config | {"load_models": "mlp", "warmup_max_sequence": 16, "log_sample_rate": 0.0}
+    config.pop("auth_reads")
+    return config
+
+
+@pytest.fixture
+def as_role(app):
+    """Return open(role) -> (client, csrf): a new test client logged in as a new user with that role."""
+    made = iter(range(1000))
+
+    def open_as(role: Role):
+        client = app.test_client()
+        csrf = log_in(client, app, f"{role.value}{next(made)}", role)
+        return client, csrf
+
+    return open_as
+
+
+def form_csrf(html: str) -> str:
+    """Return the CSRF token a page's login or logout form carries."""
+    return re.search(r'name="csrf_token" value="([^"]+)"', html).group(1)
