@@ -71,8 +71,8 @@ _SERIES = {
     },
 }
 
-# Access control: who may call what is in each operation's `security`; reads are open unless
-# FLIGHTDECK_AUTH_READS is on, writes always need an operator (or the role the summary names).
+# Access control: who may call what is in each operation's `security`; reads need a viewer unless
+# FLIGHTDECK_AUTH_READS is off, writes always need an operator (or the role the summary names).
 _REFUSED = {"description": "Refused; the message says why", "content": {"application/json": {"schema": _ERROR}}}
 _ACCESS_ERRORS = {
     "401": {**_REFUSED, "description": "Not authenticated (WWW-Authenticate: Bearer)"},

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -30,13 +30,23 @@ def _active_silences(rows: list[SilenceRecord], now: datetime) -> list[tuple[Sil
     ]
 
 
+def duration_text(span: timedelta) -> str:
+    """Write a duration as people write it in rules: 90s -> '1m30s', 0 -> '0s'."""
+    seconds, parts = int(span.total_seconds()), []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    return "".join(parts) or "0s"
+
+
 def rule_json(rule: Rule) -> dict[str, Any]:
     """Describe a rule for people: its condition in one line, why its severity, its runbook."""
     c = rule.condition
     return {
         "name": rule.name, "severity": rule.severity.value, "why": rule.why, "description": rule.description,
-        "condition": f"{c.aggregation}({c.metric}) over {c.window} {c.op} {c.threshold:g}" + (f" by {', '.join(c.by)}" if c.by else ""),
-        "for": str(rule.for_), "runbook": rule.runbook, "automatic": rule.automatic.enabled,
+        "condition": f"{c.aggregation}({c.metric}) over {duration_text(c.window)} {c.op} {c.threshold:g}" + (f" by {', '.join(c.by)}" if c.by else ""),
+        "for": duration_text(rule.for_), "runbook": rule.runbook, "automatic": rule.automatic.enabled,
     }  # fmt: skip
 
 

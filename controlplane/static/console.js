@@ -262,9 +262,11 @@
       return true;
     }
     const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+    const typing = document.activeElement && document.activeElement.matches("input, select, textarea");
     document.querySelectorAll("[data-live]").forEach(function (region) {
       const replacement = fresh.getElementById(region.id);
-      if (replacement && !region.contains(document.activeElement)) {
+      // NOTE: a region someone is typing into stays as it is until the next refresh.
+      if (replacement && !(typing && region.contains(document.activeElement))) {
         region.replaceWith(document.adoptNode(replacement));
       }
     });

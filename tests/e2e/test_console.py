@@ -23,6 +23,7 @@ from controlplane.auth import users as user_service
 from controlplane.db import make_engine, session_factory
 from controlplane.migrate import upgrade
 from tests.conftest import link_store
+from tests.controlplane.alerting.test_outbox import ChatServer
 from tests.e2e.browser import PageLog, browser, screenshot_name  # noqa: F401 (browser is a fixture)
 from tests.servers import start_server
 
@@ -161,10 +162,16 @@ def test_overview_shows_models_alerts_and_drawn_charts(login, console_server, re
 
 
 def test_canary_rollout_then_one_click_rollback_flips_traffic(login, console_server, request) -> None:
-    page, _ = login("otto")
+    page, log = login("otto")
     page.goto("/models/mlp")
     page.select_option("#deploy-form select[name=version]", "2")
     page.select_option("#deploy-form select[name=strategy]", "canary")
+    log.expect(r"status of 400")
+    page.fill("#deploy-form input[name=steps]", "50, 150")  # the server's refusal shows on the page
+    page.click("#deploy-form button[type=submit]")
+    page.click("#confirm-ok")
+    page.wait_for_selector("#flash.error >> text='steps' must rise to 100")
+    assert api(console_server, "/api/models/mlp/deployment")["rollouts"] == []
     page.fill("#deploy-form input[name=steps]", "50, 100")
     page.fill("#deploy-form input[name=pause_s]", "3600")
     page.click("#deploy-form button[type=submit]")
@@ -264,6 +271,39 @@ def test_a_viewer_sees_no_enabled_action_and_the_server_refuses_one_anyway(login
     assert api(console_server, "/api/models/mlp/deployment")["generation"] == before["generation"]
     page.goto("/audit?actor=vic&outcome=denied")
     assert page.locator("#audit-events tr[data-action='rollout.rollback'][data-outcome=denied]").count() >= 1
+
+
+def test_settings_test_a_receiver_and_make_a_token_and_a_user(login, console_server, request) -> None:
+    page, _ = login("ada")
+    page.goto("/settings")
+    with ChatServer() as chat:
+        page.fill("#receiver-form input[name=name]", "oncall_chat")
+        page.select_option("#receiver-form select[name=kind]", "webhook")
+        page.fill("#receiver-form input[name='config.url']", chat.url)
+        page.check("#receiver-form input[name='config.allow_http']")
+        page.uncheck("#receiver-form input[name=severities][value=P2]")
+        page.click("#receiver-form button[type=submit]")
+        page.wait_for_selector("#flash.ok >> text=Receiver oncall_chat saved")
+        row = page.locator("#receivers tr[data-receiver=oncall_chat]")
+        assert "P0, P1" in row.inner_text()
+        row.locator("text=Send a test message").click()
+        page.wait_for_selector("#flash.ok >> text=Test to oncall_chat: ok=true")
+        assert chat.received and chat.received[0]["alerts"][0]["labels"]["alertname"] == "flightdeck_test"
+
+    page.fill("#token-form input[name=name]", "deploy-bot")
+    page.select_option("#token-form select[name=role]", "operator")
+    page.click("#token-form button[type=submit]")
+    secret = re.search(r"fd_\S+", page.wait_for_selector("#flash.ok").inner_text()).group(0)
+    page.wait_for_selector("#tokens tr >> text=deploy-bot")
+    assert "deploy-bot" not in secret and secret not in page.locator("#tokens").inner_text()
+
+    page.fill("#user-form input[name=name]", "nina")
+    page.fill("#user-form input[name=password]", "a-long-password-for-nina")
+    page.select_option("#user-form select[name=role]", "operator")
+    page.click("#user-form button[type=submit]")
+    page.wait_for_selector("#flash.ok >> text=User nina created (operator)")
+    page.wait_for_selector("#users tr[data-user=nina]")
+    shoot(page, request, "settings")
 
 
 def test_every_page_renders_at_laptop_and_phone_width_without_console_errors(login, console_server, request) -> None:

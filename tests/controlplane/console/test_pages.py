@@ -164,3 +164,12 @@ def test_an_alert_page_links_its_runbook_with_the_alerts_parameters(app, as_role
     assert re.search(r'name="params.model"[^>]*value="mlp"', runbook)
     for label in ("alertname", "model", "version"):  # the silence form starts with the alert's labels
         assert re.search(rf'name="matchers.\d.label" value="{label}"', html)
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(0, "0s"), (10, "10s"), (90, "1m30s"), (3600, "1h"), (90000, "1d1h")])
+def test_rule_durations_read_as_they_are_written(seconds, text) -> None:
+    from datetime import timedelta
+
+    from controlplane.console.alert_pages import duration_text
+
+    assert duration_text(timedelta(seconds=seconds)) == text
