@@ -44,7 +44,11 @@ def on_starting(server):
 
 
 def when_ready(server):
-    print(f"Flightdeck is running at http://{_settings.host}:{_settings.port}/  (Ctrl-C to stop)", flush=True)
+    print(
+        f"Flightdeck is running at http://{_settings.host}:{_settings.port}/  (Ctrl-C to stop)\n"
+        f"  the console asks for a login; the first admin's password is in {_settings.home / 'initial-admin-password'}",
+        flush=True,
+    )
 
 
 def post_worker_init(worker):

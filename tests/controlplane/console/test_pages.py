@@ -173,3 +173,20 @@ def test_rule_durations_read_as_they_are_written(seconds, text) -> None:
     from controlplane.console.alert_pages import duration_text
 
     assert duration_text(timedelta(seconds=seconds)) == text
+
+
+def test_a_dangerous_run_waits_for_a_second_operator_whose_page_offers_the_approval(app, as_role) -> None:
+    first, csrf = as_role(Role.OPERATOR)
+    second, second_csrf = as_role(Role.OPERATOR)
+    body = {"params": {"model": "mlp", "slot": "blue"}, "dry_run": False, "reason": "stuck slot"}
+    run = first.post("/api/runbooks/drain_reload/runs", json=body, headers={"X-CSRF-Token": csrf}).get_json()
+    assert run["state"] == "awaiting_approval", run
+
+    mine = first.get(f"/runbooks/runs/{run['id']}").get_data(as_text=True)
+    assert "Waiting for a second operator to approve." in mine
+    assert f"/api/runbooks/runs/{run['id']}/approve" not in {f["api"] for f in action_forms(mine)}
+    assert "Withdraw" in mine
+    theirs = second.get(f"/runbooks/runs/{run['id']}").get_data(as_text=True)
+    approve = next(f for f in action_forms(theirs) if f["api"].endswith("/approve"))
+    assert approve["enabled"] == [True]
+    assert 'data-live-every="1"' in theirs  # an open run's page follows it
