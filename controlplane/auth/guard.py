@@ -125,10 +125,15 @@ def csrf_token() -> str | None:
     return token if isinstance(token, str) else None
 
 
+def csrf_matches(given: str) -> bool:
+    """Return whether `given` is this request's session CSRF token (a form field, say)."""
+    expected = csrf_token()
+    return bool(expected and given) and hmac.compare_digest(expected.encode(), given.encode())
+
+
 def csrf_ok() -> bool:
     """Return whether the request's X-CSRF-Token header matches its session's token."""
-    expected, given = csrf_token(), request.headers.get(CSRF_HEADER, "")
-    return bool(expected and given) and hmac.compare_digest(expected.encode(), given.encode())
+    return csrf_matches(request.headers.get(CSRF_HEADER, ""))
 
 
 def check_access(role: Role) -> Actor:

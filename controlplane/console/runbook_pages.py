@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.console.base import bp, login_required, page
 from controlplane.db import get_db
-from controlplane.runbooks.api import RUNNER, run_json
+from controlplane.runbooks.api import RUNNER, expire_due, run_json
 from controlplane.runbooks.runner import RunbookRunner
 from controlplane.runbooks.states import OPEN, RESUMABLE, RunState
 
@@ -22,8 +22,7 @@ def _runner() -> RunbookRunner:
 
 
 def _runs(db: Session, runbook: str | None = None) -> list[dict[str, Any]]:
-    if _runner().expire(db):  # approvals past their deadline show as expired, as the API shows them
-        db.commit()
+    expire_due(db)
     return [run_json(r) for r in _runner().list_runs(db, runbook, None, RUNS_SHOWN)]
 
 
@@ -77,8 +76,7 @@ def runbook(name: str) -> Response:
 def run(run_id: int) -> Response:
     """One run: its arguments, steps and output, refreshed live until it ends; approve, reject or resume it."""
     db = get_db()
-    if _runner().expire(db):
-        db.commit()
+    expire_due(db)
     found = run_json(_runner().get(db, run_id), detail=True)
     state = RunState(found["state"])
     return page(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import secrets
 
 from flask import Response, current_app, redirect, request, session, url_for
@@ -11,7 +10,7 @@ from controlplane.auth import public
 from controlplane.auth.api import THROTTLE
 from controlplane.auth.audit import record_event
 from controlplane.auth.errors import AuthError
-from controlplane.auth.guard import current_actor, end_session
+from controlplane.auth.guard import csrf_matches, current_actor, end_session
 from controlplane.auth.login import log_in
 from controlplane.console.base import bp, page, safe_next
 from controlplane.db import get_db
@@ -20,8 +19,7 @@ FORM_FIELD = "csrf_token"
 
 
 def _form_csrf_ok() -> bool:
-    expected, given = session.get("csrf"), request.form.get(FORM_FIELD, "")
-    return isinstance(expected, str) and bool(given) and hmac.compare_digest(expected.encode(), given.encode())
+    return csrf_matches(request.form.get(FORM_FIELD, ""))
 
 
 def _login_page(

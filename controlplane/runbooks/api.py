@@ -93,8 +93,8 @@ def run_json(run: RunbookRun, detail: bool = False) -> dict[str, Any]:
     return data
 
 
-def _expire_due(session: Session) -> None:
-    # NOTE: reads show runs as they stand now, so approvals past their deadline are expired first.
+def expire_due(session: Session) -> None:
+    """Expire approvals past their deadline, so that reads show runs as they stand now."""
     if _runner().expire(session):
         session.commit()
 
@@ -150,7 +150,7 @@ def list_runs() -> Response:
     if state is not None and state not in {s.value for s in RunState}:
         raise ApiError(f"'state' must be one of {[s.value for s in RunState]}; got {state!r}")
     session = get_db()
-    _expire_due(session)
+    expire_due(session)
     runs = _runner().list_runs(session, request.args.get("runbook") or None, state, int(raw_limit))
     return jsonify({"runs": [run_json(r) for r in runs]})
 
@@ -159,7 +159,7 @@ def list_runs() -> Response:
 def show_run(run_id: int) -> Response:
     """One run with its recorded steps and captured output."""
     session = get_db()
-    _expire_due(session)
+    expire_due(session)
     return jsonify(run_json(_runner().get(session, run_id), detail=True))
 
 
