@@ -1,4 +1,4 @@
-"""Start the real product (gunicorn on 127.0.0.1, a free port) for integration tests."""
+"""Real servers for integration tests: the product (gunicorn on 127.0.0.1, a free port) and a chat receiver."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,3 +109,41 @@ def start_server(home: Path, env: dict[str, str] | None = None, ready_timeout: f
         time.sleep(0.1)
     server.stop(signal.SIGKILL)
     raise RuntimeError(f"server not ready within {ready_timeout}s:\n{server.output()}")
+
+
+class ChatServer:
+    """A webhook receiver that fails its first `failures` deliveries with 503 and Retry-After."""
+
+    def __init__(self, failures: int = 0, retry_after_s: int = 120) -> None:
+        self.failures = failures
+        self.retry_after_s = retry_after_s
+        self.received: list[dict] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if outer.failures > 0:
+                    outer.failures -= 1
+                    self.send_response(503)
+                    self.send_header("Retry-After", str(outer.retry_after_s))
+                    self.end_headers()
+                    return
+                outer.received.append(json.loads(body))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> ChatServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()

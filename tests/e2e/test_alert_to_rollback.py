@@ -17,8 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from controlplane.rollout.bench import Traffic, call, operator_token
 from serving.demo_models import demo_manifest
-from tests.controlplane.alerting.test_outbox import ChatServer
-from tests.servers import start_server
+from tests.servers import ChatServer, start_server
 
 RULE = """
 rules:

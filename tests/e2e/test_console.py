@@ -23,9 +23,8 @@ from controlplane.auth import users as user_service
 from controlplane.db import make_engine, session_factory
 from controlplane.migrate import upgrade
 from tests.conftest import link_store
-from tests.controlplane.alerting.test_outbox import ChatServer
 from tests.e2e.browser import PageLog, browser, screenshot_name  # noqa: F401 (browser is a fixture)
-from tests.servers import start_server
+from tests.servers import ChatServer, start_server
 
 PASSWORD = "console-password-1"
 USERS = {"ada": Role.ADMIN, "otto": Role.OPERATOR, "vic": Role.VIEWER}
@@ -209,6 +208,7 @@ def test_silence_an_alert_from_its_page(login, console_server, request) -> None:
     page.wait_for_selector("#alerts-firing tr[data-rule=model_serving]", timeout=20_000)
     page.click("#alerts-firing tr[data-rule=model_serving] >> text=Silence…")
     page.wait_for_url("**/alerts/*#silence")
+    shoot(page, request, "alert")
     labels = [page.locator(f"input[name='matchers.{i}.label']").input_value() for i in range(3)]
     assert "model" in labels and "alertname" in labels
     page.select_option("#silence-form select[name=duration]", "1h")

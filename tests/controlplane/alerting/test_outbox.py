@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import threading
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from sqlalchemy import select
@@ -13,44 +11,7 @@ from sqlalchemy import select
 from controlplane.alerting.outbox import deliver_due
 from controlplane.models import OutboxMessage, Receiver
 from tests.controlplane.history.conftest import T0
-
-
-class ChatServer:
-    """A webhook receiver that fails its first `failures` deliveries with 503 and Retry-After."""
-
-    def __init__(self, failures: int = 0, retry_after_s: int = 120) -> None:
-        self.failures = failures
-        self.retry_after_s = retry_after_s
-        self.received: list[dict] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                if outer.failures > 0:
-                    outer.failures -= 1
-                    self.send_response(503)
-                    self.send_header("Retry-After", str(outer.retry_after_s))
-                    self.end_headers()
-                    return
-                outer.received.append(json.loads(body))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> ChatServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+from tests.servers import ChatServer
 
 
 def queue(sessions, url: str) -> None:
