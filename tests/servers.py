@@ -72,6 +72,17 @@ class Server:
         return self.log.read_text(errors="replace")
 
 
+def wait_until(check, timeout: float, what: str):
+    """Poll the running system until `check()` is truthy and return it (bounded; the system does the work)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
 def start_server(home: Path, env: dict[str, str] | None = None, ready_timeout: float = 120) -> Server:
     """Start gunicorn with Flightdeck's config; return once /v2/health/ready answers 200."""
     port = free_port()

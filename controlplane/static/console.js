@@ -161,6 +161,9 @@
     return response.status + " " + response.statusText;
   }
 
+  // Shared with the dashboards page's script (dashboards.js), which this file loads before.
+  window.flightdeck = { errorText: errorText };
+
   // -- the confirmation dialog -----------------------------------------------------------------
 
   function confirmAction(text) {

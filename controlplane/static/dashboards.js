@@ -26,21 +26,7 @@
     return params;
   }
 
-  async function errorText(response) {
-    try {
-      const body = await response.json();
-      const error = body && body.error;
-      if (error && typeof error.message === "string") {
-        return error.message;
-      }
-      if (typeof error === "string") {
-        return error;
-      }
-    } catch (ignored) {
-      // Not JSON (a proxy's error page, say): the status line says enough.
-    }
-    return response.status + " " + response.statusText;
-  }
+  const errorText = window.flightdeck.errorText; // from console.js: the API's message, else the status line
 
   function draw(figures, revision) {
     for (const figure of figures) {

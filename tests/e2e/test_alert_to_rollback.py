@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from controlplane.rollout.bench import Traffic, call, operator_token
 from serving.demo_models import demo_manifest
-from tests.servers import ChatServer, start_server
+from tests.servers import ChatServer, start_server, wait_until
 
 RULE = """
 rules:
@@ -76,17 +76,6 @@ def faulty_mlp(folder: Path) -> None:
     (folder / "manifest.json").write_text(json.dumps(manifest))
 
 
-def wait_for(predicate, timeout: float, what: str):
-    """Poll an observation of the running system until it holds (bounded; the system does the work)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_faulty_version_alerts_chat_and_is_rolled_back_by_its_runbook(home: Path, tmp_path: Path) -> None:
     faulty_mlp(home / "models" / "mlp" / "3")
     for other in ("2",):  # keep the store small: v1 (stable) and v3 (faulty)
@@ -111,20 +100,20 @@ def test_faulty_version_alerts_chat_and_is_rolled_back_by_its_runbook(home: Path
             try:
                 traffic.settled("1", after=0.0)
                 rollout = call(port, "POST", "/api/models/mlp/deploy", token, {"version": "3", "strategy": "bluegreen"})
-                wait_for(
+                wait_until(
                     lambda: call(port, "GET", f"/api/rollouts/{rollout['id']}", token)["state"] == "succeeded",
                     60,
                     "v3 live",
                 )
                 fault_at = time.monotonic()
-                firing = wait_for(
+                firing = wait_until(
                     lambda: [m for m in chat.received if m["status"] == "firing"], 90, "the firing message"
                 )
                 message_s = time.monotonic() - fault_at
-                wait_for(
+                wait_until(
                     lambda: traffic.settled("1", after=time.monotonic() - 0.5, timeout=60) is not None, 90, "rollback"
                 )
-                resolved = wait_for(
+                resolved = wait_until(
                     lambda: [m for m in chat.received if m["status"] == "resolved"], 90, "the resolved message"
                 )
             finally:

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from controlplane.db import make_engine, session_factory
 from controlplane.migrate import upgrade
 from tests.conftest import link_store
 from tests.e2e.browser import PageLog, browser, screenshot_name  # noqa: F401 (browser is a fixture)
-from tests.servers import ChatServer, start_server
+from tests.servers import ChatServer, start_server, wait_until
 
 PASSWORD = "console-password-1"
 USERS = {"ada": Role.ADMIN, "otto": Role.OPERATOR, "vic": Role.VIEWER}
@@ -39,17 +38,6 @@ rules:
     runbook: diagnostics
 """
 HOSTILE = '<img src=x onerror="document.title=1">'
-
-
-def wait_until(check: Callable[[], object], timeout: float, what: str) -> object:
-    """Poll the running system until `check` holds (bounded; the server does the work)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 @pytest.fixture(scope="module")
