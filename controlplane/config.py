@@ -105,6 +105,9 @@ class Settings:
         "Secure flag on the session cookie: auto (when the request came over HTTPS, as gunicorn sees it behind "
         "FORWARDED_ALLOW_IPS), always, or never. Use always whenever the console is reached over HTTPS.",
     )
+    session_hours: float = _setting(
+        12.0, "How long a console login lasts (from the moment of login); then the console asks again."
+    )
     login_max_failures: int = _setting(
         5, "Failed logins per name and client address before further attempts are refused (429) for a while."
     )
@@ -241,6 +244,7 @@ class Settings:
             "rollout_tick_s",
             "reconcile_poll_ms",
             "alert_interval_s",
+            "session_hours",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{PREFIX}{name.upper()} must be positive")

@@ -7,7 +7,7 @@ the session cookie's flags (HttpOnly, SameSite=Lax, Secure per FLIGHTDECK_COOKIE
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
@@ -47,7 +47,7 @@ def _setup(state: BlueprintSetupState) -> None:
     app = state.app
     settings = app.extensions["flightdeck"].settings
     app.extensions.setdefault(THROTTLE, LoginThrottle(settings.login_max_failures, settings.login_lockout_s))
-    init_cookies(app, settings.cookie_secure)
+    init_cookies(app, settings.cookie_secure, timedelta(hours=settings.session_hours))
 
 
 @bp.app_errorhandler(AuthError)

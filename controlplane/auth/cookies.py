@@ -1,10 +1,12 @@
-"""The session cookie's flags: HttpOnly and SameSite=Lax always, Secure as FLIGHTDECK_COOKIE_SECURE says.
+"""The session cookie: HttpOnly and SameSite=Lax always, Secure as FLIGHTDECK_COOKIE_SECURE says, and its lifetime.
 
 'auto' sets Secure when the request arrived over HTTPS, so the embedded default (plain HTTP on
 127.0.0.1) still logs in, while a console behind TLS never sends its cookie in the clear.
 """
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 from flask import Flask, request
 from flask.sessions import SecureCookieSessionInterface
@@ -25,9 +27,12 @@ class SessionCookies(SecureCookieSessionInterface):
         return request.is_secure
 
 
-def init_cookies(app: Flask, secure: str) -> None:
-    """Install the session interface and the cookie flags on `app`."""
+def init_cookies(app: Flask, secure: str, lifetime: timedelta) -> None:
+    """Install the session interface, the cookie flags and how long a login lasts on `app`."""
     app.session_interface = SessionCookies(secure)
+    # NOTE: Flask refuses a signed cookie older than this, and the cookie is signed at login (nothing
+    # rewrites the session after it), so this is the login's absolute lifetime.
+    app.permanent_session_lifetime = lifetime
     app.config["SESSION_COOKIE_HTTPONLY"] = True
     if app.config.get("SESSION_COOKIE_SAMESITE") is None:
         app.config["SESSION_COOKIE_SAMESITE"] = "Lax"

@@ -123,3 +123,23 @@ def test_pages_load_nothing_from_elsewhere_and_run_no_inline_script(app, as_role
         assert ref.startswith("/") and not ref.startswith("//"), ref
     assert not re.search(r"<script(?![^>]*\bsrc=)[^>]*>", html), "no inline scripts"
     assert not re.search(r"\son[a-z]+=", html), "no inline event handlers"
+
+
+def test_a_login_lasts_session_hours_and_then_the_console_asks_again(app, client, monkeypatch) -> None:
+    from itsdangerous import TimestampSigner
+
+    log_in(client, app, "ada", Role.VIEWER)
+    assert client.get("/").status_code == 200
+    cookie = client.get_cookie("session")
+    data = app.session_interface.get_signing_serializer(app).loads(cookie.value)
+    hours = app.extensions["flightdeck"].settings.session_hours
+    assert app.permanent_session_lifetime.total_seconds() == hours * 3600
+
+    signed_at = TimestampSigner.get_timestamp(TimestampSigner("k")) - int(hours * 3600) - 60
+    monkeypatch.setattr(TimestampSigner, "get_timestamp", lambda self: signed_at)
+    stale = app.session_interface.get_signing_serializer(app).dumps(data)  # the same login, signed too long ago
+    monkeypatch.undo()
+    client.set_cookie("session", stale)
+    assert client.get("/").status_code == 302
+    client.set_cookie("session", cookie.value)
+    assert client.get("/").status_code == 200
