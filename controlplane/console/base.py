@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import plotly
 from flask import Blueprint, Response, current_app, g, make_response, redirect, render_template, request, url_for
+from werkzeug.exceptions import HTTPException
 
 from controlplane.auth.guard import csrf_token, current_actor
 from controlplane.auth.roles import Actor, Role
@@ -120,3 +121,13 @@ def _page_error(exc: ApiError) -> Response:
     if exc.status >= 500:
         log.error("console page %s failed: %s", request.path, exc.message)
     return page("console/message.html", exc.status, title=exc.code.replace("_", " ").capitalize(), message=exc.message)
+
+
+@bp.errorhandler(Exception)
+def _page_failure(exc: Exception) -> Response:
+    """Show a page that broke as a page with its request id (logged once, here), never a stack trace."""
+    if isinstance(exc, HTTPException):
+        return exc  # type: ignore[return-value]  # werkzeug's own answer (405, ...)
+    log.exception("console page %s failed", request.path)
+    message = f"Something went wrong on our side; the log has the details under request id {g.get('request_id', '?')}."
+    return page("console/message.html", 500, title="Server error", message=message)

@@ -190,3 +190,18 @@ def test_a_dangerous_run_waits_for_a_second_operator_whose_page_offers_the_appro
     approve = next(f for f in action_forms(theirs) if f["api"].endswith("/approve"))
     assert approve["enabled"] == [True]
     assert 'data-live-every="1"' in theirs  # an open run's page follows it
+
+
+def test_a_page_that_breaks_says_so_as_a_page_with_its_request_id(app, as_role, monkeypatch) -> None:
+    from controlplane.console import admin_pages
+
+    client, _ = as_role(Role.VIEWER)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the audit table is on fire")
+
+    monkeypatch.setattr(admin_pages, "list_events", broken)
+    response = client.get("/audit", headers={"X-Request-ID": "req-1234"})
+    html = response.get_data(as_text=True)
+    assert response.status_code == 500 and response.mimetype == "text/html"
+    assert "req-1234" in html and "on fire" not in html and "Traceback" not in html
