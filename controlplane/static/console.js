@@ -228,6 +228,7 @@
       return;
     }
     show(fill(form.dataset.success || "Done.", data), "ok");
+    form.reset(); // what was typed went through: a second press must not repeat it by accident
     const then = form.dataset.then || "refresh";
     if (then === "goto") {
       window.location.assign(fill(form.dataset.goto, data));

@@ -290,6 +290,7 @@ def test_settings_test_a_receiver_and_make_a_token_and_a_user(login, console_ser
     page.select_option("#user-form select[name=role]", "operator")
     page.click("#user-form button[type=submit]")
     page.wait_for_selector("#flash.ok >> text=User nina created (operator)")
+    assert page.locator("#user-form input[name=password]").input_value() == ""  # the form starts afresh
     page.wait_for_selector("#users tr[data-user=nina]")
     shoot(page, request, "settings")
 
