@@ -190,10 +190,13 @@ def test_canary_rollout_then_one_click_rollback_flips_traffic(login, console_ser
     assert wait_until(lambda: all(served_version(console_server) == "1" for _ in range(20)), 30, "only v1 serving")
 
 
-def test_silence_an_alert_from_its_page(login, console_server, request) -> None:
+def test_acknowledge_then_silence_an_alert_from_its_page(login, console_server, request) -> None:
     page, _ = login("otto")
     page.goto("/alerts")
     page.wait_for_selector("#alerts-firing tr[data-rule=model_serving]", timeout=20_000)
+    page.click("#alerts-firing tr[data-rule=model_serving] >> text=Acknowledge")
+    page.wait_for_selector("#flash.ok >> text=Acknowledged model_serving")
+    page.wait_for_selector("#alerts-firing tr[data-rule=model_serving] >> text=acknowledged by otto")
     page.click("#alerts-firing tr[data-rule=model_serving] >> text=Silence…")
     page.wait_for_url("**/alerts/*#silence")
     shoot(page, request, "alert")
