@@ -46,7 +46,8 @@ bp.before_app_request(guard_request)
 def _setup(state: BlueprintSetupState) -> None:
     app = state.app
     settings = app.extensions["flightdeck"].settings
-    app.extensions.setdefault(THROTTLE, LoginThrottle(settings.login_max_failures, settings.login_lockout_s))
+    sessions = app.extensions["flightdeck"].sessions
+    app.extensions.setdefault(THROTTLE, LoginThrottle(sessions, settings.login_max_failures, settings.login_lockout_s))
     init_cookies(app, settings.cookie_secure, timedelta(hours=settings.session_hours))
 
 

@@ -1,30 +1,28 @@
-"""Slowing password guessing: per name and client address, in this process's memory.
+"""Slowing password guessing: failed logins per name and client address, counted in the database.
 
 After `max_failures` failed logins for one name from one address, further attempts are refused
 (429, without checking the password) for `lockout_s`; each further failure doubles that period,
 up to 64 times. A success, or a quiet spell of `forget_after_s`, forgets the failures.
 
-Limits, on purpose: the counts live in one process (with several gunicorn workers an attacker
-gets `max_failures` tries per worker before the first lockout) and vanish on restart; a guesser
-spreading over many addresses is slowed only by scrypt's cost. The table is capped at
-`max_entries`; past it the stalest entries go first.
+The counts live in the `login_failures` table, so every gunicorn worker and every node sharing the
+database enforces one limit, and a restart forgets nothing. Rows are keyed by a SHA-256 of the
+name and address (a password typed into the name field is never stored) and deleted once stale.
+A guesser spreading over many addresses is slowed only by scrypt's cost.
 """
 
 from __future__ import annotations
 
-import threading
+import hashlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from sqlalchemy import delete
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from controlplane.models import LoginFailure
 
 MAX_FACTOR = 64
-
-
-@dataclass
-class _Failures:
-    count: int
-    last_at: float
-    locked_until: float = 0.0
 
 
 def throttle_key(name: str, address: str | None) -> str:
@@ -32,70 +30,69 @@ def throttle_key(name: str, address: str | None) -> str:
     return f"{name.casefold()}\x00{address or '-'}"
 
 
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
 class LoginThrottle:
     """Counts failed logins per key and says how long the next attempt must wait.
 
-    Example:
-        throttle = LoginThrottle(max_failures=5, lockout_s=30)   # clock= for tests
+    Each call is its own short transaction, apart from the request's. Example:
+        throttle = LoginThrottle(sessions, max_failures=5, lockout_s=30)   # clock= for tests
         if throttle.retry_after(key): refuse
         ... throttle.failed(key) or throttle.succeeded(key)
     """
 
     def __init__(
         self,
+        sessions: sessionmaker[Session],
         max_failures: int,
         lockout_s: float,
-        clock: Callable[[], float] = time.monotonic,
-        max_entries: int = 10_000,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.max_failures = max_failures
         self.lockout_s = lockout_s
         self.forget_after_s = max(lockout_s * MAX_FACTOR, 900.0)
-        self.max_entries = max_entries
+        self._sessions = sessions
         self._clock = clock
-        self._entries: dict[str, _Failures] = {}
-        self._lock = threading.Lock()
 
     def retry_after(self, key: str) -> float:
         """Return the seconds until `key` may try again (0: now)."""
-        with self._lock:
-            entry = self._entries.get(key)
-            return 0.0 if entry is None else max(0.0, entry.locked_until - self._clock())
+        with self._sessions() as session:
+            row = session.get(LoginFailure, _digest(key))
+            return 0.0 if row is None else max(0.0, row.locked_until - self._clock())
 
     def failed(self, key: str) -> float:
         """Count a failure for `key`; return the refusal period it starts (0 while under the limit)."""
-        with self._lock:
-            now = self._clock()
-            entry = self._entries.get(key)
-            if entry is None or now - entry.last_at > self.forget_after_s:
-                entry = _Failures(count=0, last_at=now)
-            entry.count += 1
-            entry.last_at = now
-            if entry.count >= self.max_failures:
-                factor = min(2 ** (entry.count - self.max_failures), MAX_FACTOR)
-                entry.locked_until = now + self.lockout_s * factor
-            self._entries[key] = entry
-            self._prune(now)
-            return max(0.0, entry.locked_until - now)
+        try:
+            return self._count_failure(key)
+        except IntegrityError:  # NOTE: another process inserted the key's first row at the same moment
+            return self._count_failure(key)
 
     def failures(self, key: str) -> int:
         """Return the failures counted for `key`."""
-        with self._lock:
-            entry = self._entries.get(key)
-            return 0 if entry is None else entry.count
+        with self._sessions() as session:
+            row = session.get(LoginFailure, _digest(key))
+            return 0 if row is None else row.failures
 
     def succeeded(self, key: str) -> None:
         """Forget `key`'s failures."""
-        with self._lock:
-            self._entries.pop(key, None)
+        with self._sessions() as session, session.begin():
+            session.execute(delete(LoginFailure).where(LoginFailure.key_hash == _digest(key)))
 
-    def _prune(self, now: float) -> None:
-        if len(self._entries) <= self.max_entries:
-            return
-        stale = [k for k, e in self._entries.items() if now - e.last_at > self.forget_after_s]
-        for key in stale:
-            del self._entries[key]
-        if len(self._entries) > self.max_entries:
-            by_age = sorted(self._entries, key=lambda k: self._entries[k].last_at)
-            for key in by_age[: len(self._entries) - self.max_entries]:
-                del self._entries[key]
+    def _count_failure(self, key: str) -> float:
+        now = self._clock()
+        with self._sessions() as session, session.begin():
+            row = session.get(LoginFailure, _digest(key), with_for_update=True)
+            if row is None or now - row.last_at > self.forget_after_s:
+                if row is None:
+                    row = LoginFailure(key_hash=_digest(key))
+                    session.add(row)
+                row.failures, row.locked_until = 0, 0.0
+            row.failures += 1
+            row.last_at = now
+            if row.failures >= self.max_failures:
+                factor = min(2 ** (row.failures - self.max_failures), MAX_FACTOR)
+                row.locked_until = now + self.lockout_s * factor
+            session.execute(delete(LoginFailure).where(LoginFailure.last_at < now - self.forget_after_s))
+            return max(0.0, row.locked_until - now)

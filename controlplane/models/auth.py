@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, ForeignKey, String
+from sqlalchemy import JSON, Double, ForeignKey, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from controlplane.models import Base
@@ -55,3 +55,18 @@ class AuditEvent(Base):
     detail: Mapped[dict] = mapped_column(JSON, default=dict)
     address: Mapped[str | None] = mapped_column(String(64))
     request_id: Mapped[str | None] = mapped_column(String(128))
+
+
+class LoginFailure(Base):
+    """Recent failed logins for one name from one address, shared by every process (the login throttle).
+
+    The key is a SHA-256 of the name and address, so a password typed into the name field is not kept.
+    Times are seconds since the epoch from the throttle's clock.
+    """
+
+    __tablename__ = "login_failures"
+
+    key_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    failures: Mapped[int]
+    last_at: Mapped[float] = mapped_column(Double, index=True)
+    locked_until: Mapped[float] = mapped_column(Double)

@@ -40,7 +40,7 @@ def app(app_config: dict) -> Iterator[Flask]:
 
 @dataclass
 class FakeClock:
-    """A monotonic clock the test moves by hand."""
+    """A clock (seconds) the test moves by hand."""
 
     now: float = 1000.0
 
@@ -55,7 +55,9 @@ class FakeClock:
 def clock(app: Flask) -> FakeClock:
     """Install a login throttle (3 failures, then 10 s doubling) that runs on a fake clock."""
     fake = FakeClock()
-    app.extensions[auth_api.THROTTLE] = LoginThrottle(max_failures=3, lockout_s=10.0, clock=fake)
+    app.extensions[auth_api.THROTTLE] = LoginThrottle(
+        app.extensions["flightdeck"].sessions, max_failures=3, lockout_s=10.0, clock=fake
+    )
     return fake
 
 

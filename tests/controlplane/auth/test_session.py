@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from sqlalchemy import select
+
 from controlplane.auth import users
 from controlplane.auth.roles import Role
+from controlplane.models import LoginFailure
 from tests.controlplane.auth.conftest import PASSWORD, audit_events, login, make_user
 
 
@@ -134,3 +137,25 @@ def test_login_input_is_checked(client) -> None:
     assert "'name'" in client.post("/api/session", json={"password": "x"}).get_json()["error"]["message"]
     assert "'password'" in client.post("/api/session", json={"name": "x"}).get_json()["error"]["message"]
     assert client.post("/api/session", data="not json").status_code == 400
+
+
+def test_the_lockout_holds_in_every_process_sharing_the_database(app_config) -> None:
+    from controlplane.app import create_app
+
+    config = app_config | {"login_max_failures": 2, "login_lockout_s": 60}
+    first, second = create_app(config), create_app(config)  # two workers (or nodes) over one database
+    try:
+        make_user(first, "ada", Role.ADMIN)
+        for _ in range(2):
+            assert (
+                first.test_client().post("/api/session", json={"name": "ada", "password": "guess"}).status_code == 401
+            )
+        refused = second.test_client().post("/api/session", json={"name": "ada", "password": PASSWORD})
+        assert refused.status_code == 429 and 0 < int(refused.headers["Retry-After"]) <= 60
+        with first.extensions["flightdeck"].sessions() as db:
+            stored = db.scalars(select(LoginFailure)).all()
+        assert [row.failures for row in stored] == [2]
+        assert "ada" not in stored[0].key_hash  # a digest: what was typed as a name is not kept
+    finally:
+        first.extensions["flightdeck"].shutdown(5)
+        second.extensions["flightdeck"].shutdown(5)

@@ -51,7 +51,9 @@ def test_the_login_form_needs_its_csrf_token(app, client) -> None:
 
 
 def test_a_wrong_password_is_refused_and_repeated_failures_lock_the_form(app, client) -> None:
-    app.extensions[auth_api.THROTTLE] = LoginThrottle(max_failures=2, lockout_s=30)
+    app.extensions[auth_api.THROTTLE] = LoginThrottle(
+        app.extensions["flightdeck"].sessions, max_failures=2, lockout_s=30
+    )
     log_in(app.test_client(), app, "ada", Role.VIEWER)
 
     for _ in range(2):
