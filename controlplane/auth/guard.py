@@ -142,7 +142,9 @@ def check_access(role: Role) -> Actor:
     if actor is None:
         if g.get("bad_credentials"):
             raise Unauthorized("the bearer token is malformed, unknown, expired or revoked", invalid_token=True)
-        raise Unauthorized("authentication required: send 'Authorization: Bearer <token>' or log in at /api/session")
+        raise Unauthorized(
+            "authentication required: send 'Authorization: Bearer <token>', or log in (the console's /login, or POST /api/session)"
+        )
     if request.method in MUTATING and actor.kind == "user" and not csrf_ok():
         raise Forbidden(
             f"a request authenticated by the session cookie must send the {CSRF_HEADER} header "
