@@ -205,3 +205,22 @@ def test_a_page_that_breaks_says_so_as_a_page_with_its_request_id(app, as_role, 
     html = response.get_data(as_text=True)
     assert response.status_code == 500 and response.mimetype == "text/html"
     assert "req-1234" in html and "on fire" not in html and "Traceback" not in html
+
+
+def test_after_a_finished_rollout_the_rollback_button_says_which_version_returns(app, as_role) -> None:
+    client, csrf = as_role(Role.OPERATOR)
+    rollout = deploy(app, client, csrf, version="2", strategy="bluegreen")
+    services = app.extensions["flightdeck"]
+    for _ in range(5):  # blue-green: loaded and verified, then all traffic switches
+        if client.get(f"/api/rollouts/{rollout['id']}").get_json()["state"] == "succeeded":
+            break
+        services.advance_rollouts()
+        services.reconciler.reconcile()
+    html = client.get("/models/mlp").get_data(as_text=True)
+    assert "All traffic for mlp returns to version 1 (slot blue) at once; version 2 stays loaded." in html
+    assert "Roll back to v1" in html
+
+    assert client.post("/api/models/mlp/rollback", headers={"X-CSRF-Token": csrf}).status_code == 200
+    services.reconciler.reconcile()
+    html = client.get("/models/mlp").get_data(as_text=True)
+    assert re.search(r'data-slot="blue" data-version="1" data-weight="100"', html)
