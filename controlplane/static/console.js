@@ -387,11 +387,13 @@
     run.disabled = !(form.dataset.dryRunPassed && form.dataset.dryRunPassed === key);
   }
 
-  document.querySelectorAll("form[data-runbook-form]").forEach(function (form) {
-    form.addEventListener("input", function () { syncRunButton(form); });
-    form.addEventListener("change", function () { syncRunButton(form); });
+  // NOTE: after every deferred script has run (plotly.js is one, loaded after this file).
+  document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll("form[data-runbook-form]").forEach(function (form) {
+      form.addEventListener("input", function () { syncRunButton(form); });
+      form.addEventListener("change", function () { syncRunButton(form); });
+    });
+    document.querySelectorAll("[data-figures]").forEach(loadCharts);
+    scheduleLive();
   });
-
-  document.querySelectorAll("[data-figures]").forEach(loadCharts);
-  scheduleLive();
 })();

@@ -142,8 +142,8 @@ def test_overview_shows_models_alerts_and_drawn_charts(login, console_server, re
     row = page.locator("#models tr[data-model=mlp]")
     assert row.locator(".version").first.get_attribute("data-version") == "1"
     assert "100%" in row.inner_text()
-    for figure in ("throughput", "latency", "errors", "queue"):
-        page.wait_for_selector(f'[data-figure="{figure}"][data-drawn="true"] .main-svg')
+    for figure in ("throughput", "latency", "errors", "queue"):  # drawn at load, not at the 15 s refresh
+        page.wait_for_selector(f'[data-figure="{figure}"][data-drawn="true"] .main-svg', timeout=5_000)
     page.wait_for_selector("#firing-alerts >> text=model_serving", timeout=20_000)
     shoot(page, request, "overview")
 
@@ -305,6 +305,11 @@ def test_every_page_renders_at_laptop_and_phone_width_without_console_errors(log
         for path in pages:
             page.goto(path)
             page.wait_for_load_state("networkidle")
+            # Charts draw at once (well before their refresh timer), or the page says why not.
+            for plot in page.locator(".plot").all():
+                plot.locator(".main-svg").first.wait_for(timeout=5_000)
+            for status in page.locator(".chart-status, #dashboard-status").all_inner_texts():
+                assert status.startswith("Updated at"), f"{path}: {status}"
             label = f"{width}-{path.strip('/').replace('/', '-') or 'overview'}"
             shoot(page, request, label)
             overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
