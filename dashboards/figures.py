@@ -294,7 +294,8 @@ def _base_layout(title: str) -> dict:
         "title": {"text": title, "x": 0, "xanchor": "left", "font": {"size": 14}},
         "margin": {"l": 60, "r": 60, "t": 60, "b": 40},
         "hovermode": "x unified",
-        "legend": {"orientation": "h", "y": -0.2},
+        # NOTE: below the x-axis title: anchored by its top, far enough down to clear ticks and title.
+        "legend": {"orientation": "h", "yanchor": "top", "y": -0.32, "x": 0},
         "font": {"family": "system-ui, sans-serif", "size": 12},
         "paper_bgcolor": "#ffffff",
         "plot_bgcolor": "#ffffff",
