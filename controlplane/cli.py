@@ -52,7 +52,6 @@ def prepare() -> None:
     from controlplane.db import make_engine, session_factory
     from controlplane.migrate import upgrade
     from controlplane.modelstore import prepare_home
-    from controlplane.registry.archive import ArchiveLimits
     from controlplane.registry.service import Registry
 
     settings = _settings()
@@ -61,7 +60,7 @@ def prepare() -> None:
     engine = make_engine(settings.sqlalchemy_url)
     sessions = session_factory(engine)
     password = ensure_initial_admin(sessions, settings)
-    Registry(sessions, settings.home, ArchiveLimits.from_settings(settings)).register_store(settings.model_store)
+    Registry.for_settings(sessions, settings).register_store(settings.model_store)
     engine.dispose()
     if password:
         # NOTE: the file (mode 0600) holds the password; printing it would put it in captured logs.

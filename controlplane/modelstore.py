@@ -53,10 +53,9 @@ def startup_versions(store: Path, only: str = "") -> dict[str, Path]:
 def version_folder(settings: Settings, sessions: sessionmaker[Session], name: str, version: str) -> Path:
     """Return a version's folder: from the registry, else the plain model store (the demo models)."""
     from controlplane.errors import NotFound
-    from controlplane.registry.archive import ArchiveLimits
     from controlplane.registry.service import Registry
 
-    registry = Registry(sessions, settings.home, ArchiveLimits.from_settings(settings))
+    registry = Registry.for_settings(sessions, settings)
     try:
         return registry.folder(registry.get(name, version))
     except NotFound:

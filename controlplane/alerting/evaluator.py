@@ -48,14 +48,15 @@ def _tracked(row: AlertRecord) -> Tracked:
     )  # fmt: skip
 
 
+def as_silence(row: SilenceRecord) -> Silence:
+    """Return the lifecycle's view of a stored silence (an expired one ends when it was expired)."""
+    matchers = tuple(Matcher(m["label"], m["value"], bool(m.get("regex"))) for m in row.matchers)
+    return Silence(matchers, row.starts_at, row.ends_at)
+
+
 def _silences(session: Session, now: datetime) -> list[Silence]:
     rows = session.scalars(select(SilenceRecord).where(SilenceRecord.ends_at > now, SilenceRecord.expired_by.is_(None)))
-    return [
-        Silence(
-            tuple(Matcher(m["label"], m["value"], bool(m.get("regex"))) for m in r.matchers), r.starts_at, r.ends_at
-        )
-        for r in rows
-    ]
+    return [as_silence(r) for r in rows]
 
 
 def _routes(receiver: Receiver, alert: Tracked) -> bool:

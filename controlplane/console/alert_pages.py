@@ -9,9 +9,10 @@ from urllib.parse import urlencode
 from flask import Response, url_for
 from sqlalchemy import select
 
-from alerts.lifecycle import Matcher, Silence
+from alerts.lifecycle import Silence
 from alerts.rules import Rule
 from controlplane.alerting.api import alert_json, alert_timeline, silence_json
+from controlplane.alerting.evaluator import as_silence
 from controlplane.console.base import bp, login_required, page, services
 from controlplane.db import get_db
 from controlplane.errors import NotFound
@@ -23,11 +24,7 @@ REFRESH_S = 10
 
 
 def _active_silences(rows: list[SilenceRecord], now: datetime) -> list[tuple[SilenceRecord, Silence]]:
-    return [
-        (row, Silence(tuple(Matcher(**m) for m in row.matchers), row.starts_at, row.ends_at))
-        for row in rows
-        if row.expired_by is None and row.starts_at <= now < row.ends_at
-    ]
+    return [(row, as_silence(row)) for row in rows if row.expired_by is None and row.starts_at <= now < row.ends_at]
 
 
 def duration_text(span: timedelta) -> str:

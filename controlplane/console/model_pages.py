@@ -15,7 +15,6 @@ from controlplane.db import get_db
 from controlplane.errors import ApiError, NotFound
 from controlplane.models import AlertRecord, Deployment
 from controlplane.modelstore import list_versions
-from controlplane.registry.archive import ArchiveLimits
 from controlplane.registry.service import Registry, version_dict
 from controlplane.rollout import service as rollouts
 from controlplane.rollout.api import ACTIONS, describe_deployment, describe_rollout
@@ -103,7 +102,7 @@ def overview() -> Response:
 def _versions(name: str) -> list[dict[str, Any]]:
     """Return the registry's versions of a model, plus versions only in the plain store (the demo models)."""
     settings = services().settings
-    registry = Registry(services().sessions, settings.home, ArchiveLimits.from_settings(settings))
+    registry = Registry.for_settings(services().sessions, settings)
     found = {row.version: version_dict(row) for row in registry.list(name)}
     for version in list_versions(settings.model_store, name):
         found.setdefault(version, {"name": name, "version": version, "sha256": None, "pushed_by": "model store",

@@ -9,7 +9,6 @@ from sqlalchemy.orm import Session
 
 from controlplane.auth import Role, current_actor, record_event, require_role
 from controlplane.errors import ApiError, NotFound
-from controlplane.registry.archive import ArchiveLimits
 from controlplane.registry.service import Registry, version_dict
 from controlplane.rollout.service import deployed_check
 
@@ -20,7 +19,7 @@ FORM_OVERHEAD_BYTES = 64 * 1024  # multipart boundaries, part headers and the sh
 
 def _registry() -> Registry:
     services = current_app.extensions["flightdeck"]
-    return Registry(services.sessions, services.settings.home, ArchiveLimits.from_settings(services.settings))
+    return Registry.for_settings(services.sessions, services.settings)
 
 
 def _audit(session: Session, action: str, target: str, outcome: str, detail: dict[str, Any]) -> None:

@@ -37,13 +37,12 @@ def _settings() -> Settings:
 @contextmanager
 def _registry() -> Iterator[Registry]:
     from controlplane.db import make_engine, session_factory
-    from controlplane.registry.archive import ArchiveLimits
     from controlplane.registry.service import Registry
 
     settings = _settings()
     engine = make_engine(settings.sqlalchemy_url)
     try:
-        yield Registry(session_factory(engine), settings.home, ArchiveLimits.from_settings(settings))
+        yield Registry.for_settings(session_factory(engine), settings)
     except ApiError as exc:
         raise click.ClickException(exc.message) from None
     finally:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import onnx
 from sqlalchemy import select
@@ -38,6 +38,9 @@ from controlplane.registry.checks import (
 )
 from controlplane.registry.errors import ArchiveTooLarge, HashMismatch, InvalidArchive, RegistryError
 from serving.engine import read_manifest as read_store_manifest
+
+if TYPE_CHECKING:
+    from controlplane.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +85,11 @@ class Registry:
         self._sessions = sessions
         self._home = Path(home)
         self._limits = limits or ArchiveLimits()
+
+    @classmethod
+    def for_settings(cls, sessions: sessionmaker[Session], settings: Settings) -> Registry:
+        """Return the registry under settings.home with the archive limits the settings give."""
+        return cls(sessions, settings.home, ArchiveLimits.from_settings(settings))
 
     @property
     def sessions(self) -> sessionmaker[Session]:

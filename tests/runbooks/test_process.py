@@ -32,7 +32,8 @@ def test_output_and_steps_are_reported_while_the_script_still_runs(tmp_path: Pat
 
     process = ScriptProcess([sys.executable, str(script), str(marker)], {}, tmp_path, 30, on_progress=progress)
     process.start()
-    runner = threading.Thread(target=lambda: reports.append(("outcome", process.run())))  # type: ignore[arg-type]
+    outcomes: list = []
+    runner = threading.Thread(target=lambda: outcomes.append(process.run()))
     runner.start()
     try:
         assert step_seen.wait(20), "no progress while the script ran"
@@ -42,6 +43,6 @@ def test_output_and_steps_are_reported_while_the_script_still_runs(tmp_path: Pat
     finally:
         marker.touch()
         runner.join(30)
-    outcome = reports[-1][1]
+    (outcome,) = outcomes
     assert outcome.exit_code == 0 and "last line" in outcome.output
     assert [s["step"] for s in outcome.steps] == ["wait"]
