@@ -21,7 +21,8 @@ _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 
 REQUESTS = Counter(
     "flightdeck_inference_requests_total",
-    "Inference requests by outcome (success, error, timeout, rejected, invalid) (nv_inference_request_success/failure).",
+    "Inference requests by outcome: success, error (the model or engine failed), client_error (the model refused "
+    "the request's own input), timeout, rejected, invalid (refused before a slot) (nv_inference_request_success/failure).",
     (*_SLOT, "outcome"),
 )
 INFERENCES = Counter(
@@ -112,7 +113,7 @@ class SlotMetrics:
 
     def request_done(self, outcome: Outcome, queue_s: float, compute_s: float, total_s: float) -> None:
         self._outcomes[outcome].inc()
-        if outcome in (Outcome.SUCCESS, Outcome.ERROR):
+        if outcome in (Outcome.SUCCESS, Outcome.ERROR, Outcome.CLIENT_ERROR):
             self._queue.observe(queue_s)
             self._compute.observe(compute_s)
             self._total.observe(total_s)

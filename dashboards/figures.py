@@ -84,6 +84,7 @@ PANELS = (
         "% of requests",
         (
             Line("error_rate", "errors", "solid", _PCT, "%"),
+            Line("client_error_rate", "client-errors", "dashdot", _PCT, "%"),
             Line("timeout_rate", "timeouts", "dash", _PCT, "%"),
             Line("rejection_rate", "rejections", "dot", _PCT, "%"),
         ),

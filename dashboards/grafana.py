@@ -167,9 +167,10 @@ def panels() -> list[dict]:
         timeseries("Latency p50 / p90 / p99", latency, "s", "Engine time per request, queue plus compute."),
         timeseries(
             "Error, timeout and rejection rates",
-            [target(outcome_ratio(o), f"{SLOT_LEGEND} {o}") for o in ("error", "timeout", "rejected")],
+            [target(outcome_ratio(o), f"{SLOT_LEGEND} {o}") for o in ("error", "client_error", "timeout", "rejected")],
             "percentunit",
-            "Share of each slot's requests by outcome.",
+            "Share of each slot's requests by outcome: error is the model's or engine's fault, client_error a 400 "
+            "for the request's own input.",
         ),
         timeseries(
             "Queue depth",

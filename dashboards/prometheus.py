@@ -50,7 +50,12 @@ GPU_MEMORY_TOTAL = "flightdeck_gpu_memory_total_bytes"
 # Flightdeck grouping -> Prometheus label (the history says device "gpu0", Prometheus gpu="0").
 LABELS = {"model": "model", "version": "version", "slot": "slot", "device": "gpu"}
 _QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p999": 0.999}
-_OUTCOMES = {"error_rate": "error", "timeout_rate": "timeout", "rejection_rate": "rejected"}
+_OUTCOMES = {
+    "error_rate": "error",
+    "client_error_rate": "client_error",
+    "timeout_rate": "timeout",
+    "rejection_rate": "rejected",
+}
 _OVER_TIME = {"avg": "avg_over_time", "max": "max_over_time", "min": "min_over_time", "sum": "sum_over_time"}
 _ACROSS = {"avg": "avg", "max": "max", "min": "min", "sum": "sum", "last": "max"}
 
@@ -136,8 +141,8 @@ def _requests(rule: Rule, c: Condition, max_queue_size: int) -> Translation:
 
 
 def _throughput(rule: Rule, c: Condition, max_queue_size: int) -> Translation:
-    # Flightdeck's throughput counts answered requests: successes and errors.
-    return _sum_rate(REQUESTS, 'outcome=~"success|error"', c), _counter_note(c, rule)
+    # Flightdeck's throughput counts answered requests: successes, server errors and client errors.
+    return _sum_rate(REQUESTS, 'outcome=~"success|error|client_error"', c), _counter_note(c, rule)
 
 
 def _outcome_rate(rule: Rule, c: Condition, max_queue_size: int) -> Translation:

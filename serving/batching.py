@@ -1,8 +1,15 @@
-"""The dynamic batcher: a bounded queue, deadlines, length buckets and padding, per loaded version.
+"""The dynamic batcher: a bounded queue, deadlines, shape groups and padding, per loaded version.
 
-Dispatch rule: a batch leaves when it is full, when its oldest request has waited
-`max_queue_delay`, or at once when an executor was idle (nothing queued, nothing to wait for),
-so a lightly loaded engine never pays the batching window.
+Requests wait in groups of mergeable shapes (serving.assembly). Dispatch rule: the oldest request's
+group leaves when it is full, when that request has waited `max_queue_delay`, or at once when an
+executor was idle (nothing queued, nothing to wait for), so a lightly loaded engine never pays the
+batching window. Before its delay, any group leaves once it is full or can form one of the
+preferred batch sizes (the largest it can; Triton's `preferred_batch_size`). Because the oldest
+request's group always goes first once due, a rare shape is never starved by a common one.
+
+When a merged batch fails, serving.isolation bisects it, so only a request that fails on its own
+gets an error, and that error only ever describes its own data; a failure caused by the input is a
+400 (`InputRejected`, serving.faults), anything else a 500.
 """
 
 from __future__ import annotations
@@ -16,34 +23,26 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 
-from serving.errors import DeadlineExceeded, InferenceFailed, InvalidInput, Overloaded, ServingError, Unavailable
+from serving.assembly import GroupKey, Part, group_key
+from serving.batchstats import BatcherSnapshot, BatcherStats, BatchObserver, Outcome
+from serving.errors import (
+    DeadlineExceeded,
+    InferenceFailed,
+    InputRejected,
+    InvalidInput,
+    Overloaded,
+    ServingError,
+    Unavailable,
+)
+from serving.faults import is_input_fault, trim
 from serving.histogram import Histogram
+from serving.isolation import Isolated, RunBatch, run_isolated
 from serving.tensors import ModelSpec
 
 log = logging.getLogger(__name__)
-
-RunBatch = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
-
-
-class Outcome(enum.StrEnum):
-    SUCCESS = "success"
-    ERROR = "error"
-    TIMEOUT = "timeout"
-    REJECTED = "rejected"
-
-
-class BatchObserver(Protocol):
-    """Receives timings as they happen; the control plane turns them into metrics."""
-
-    def request_done(self, outcome: Outcome, queue_s: float, compute_s: float, total_s: float) -> None: ...
-
-    def batch_done(self, size: int, real_tokens: int, padded_tokens: int, compute_s: float) -> None: ...
-
-    def queue_changed(self, depth: int) -> None: ...
 
 
 class _State(enum.Enum):
@@ -59,7 +58,7 @@ class Pending:
     tensors: dict[str, np.ndarray]
     batch: int
     seq_len: int
-    bucket: int
+    group: GroupKey
     enqueued_at: float
     deadline: float
     future: Future = field(default_factory=Future)
@@ -67,48 +66,6 @@ class Pending:
     queue_s: float = 0.0
     compute_s: float = 0.0
     batch_size: int = 0
-
-
-@dataclass
-class BatcherStats:
-    """Cumulative counters in the shape of Triton's statistics extension (nanoseconds)."""
-
-    success: int = 0
-    success_ns: int = 0
-    failed: int = 0
-    failed_ns: int = 0
-    timeouts: int = 0
-    rejected: int = 0
-    queue_ns: int = 0
-    compute_ns: int = 0
-    inference_count: int = 0
-    execution_count: int = 0
-    real_tokens: int = 0
-    padded_tokens: int = 0
-    last_inference_ms: int = 0
-    # batch size -> [executions, compute nanoseconds]
-    batch_sizes: dict[int, list[int]] = field(default_factory=dict)
-    # Engine latency (queue + compute) of every request that ran, mergeable across intervals.
-    latency: Histogram = field(default_factory=Histogram)
-
-
-@dataclass(frozen=True)
-class BatcherSnapshot:
-    """Cumulative counters at one moment, plus the queue's max and mean since the previous snapshot."""
-
-    taken_at: float
-    success: int
-    failed: int
-    timeouts: int
-    rejected: int
-    execution_count: int
-    real_tokens: int
-    padded_tokens: int
-    batch_counts: dict[int, int]
-    latency: Histogram
-    latency_sum_s: float
-    queue_depth_max: int
-    queue_depth_mean: float
 
 
 class Batcher:
@@ -123,6 +80,7 @@ class Batcher:
         max_queue_delay_s: float,
         max_queue_size: int,
         combine: bool = True,
+        preferred_batch_sizes: tuple[int, ...] = (),
         instances: int = 1,
         observer: BatchObserver | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -135,6 +93,8 @@ class Batcher:
         self.max_queue_size = max_queue_size
         # combine=False runs each request alone (batching off), still honouring its own batch axis.
         self.combine = combine
+        # Triton's preferred_batch_size: sizes worth dispatching before the delay, smallest first.
+        self.preferred_batch_sizes = tuple(sorted({n for n in preferred_batch_sizes if n > 0}))
         self._observer = observer
         self._clock = clock
         self._queue: list[Pending] = []
@@ -191,7 +151,8 @@ class Batcher:
                     f"({self._queued_samples} of {self.max_queue_size} samples waiting)",
                     retry_after=retry,
                 )
-            pending = Pending(tensors, batch, seq_len, self._spec.bucket_of(seq_len), now, now + timeout_s)
+            group = group_key(self._spec, tensors, self._spec.bucket_of(seq_len))
+            pending = Pending(tensors, batch, seq_len, group, now, now + timeout_s)
             self._depth_changing(now)
             self._queue.append(pending)
             self._queued_samples += batch
@@ -289,19 +250,42 @@ class Batcher:
                 was_idle = True
                 self._cond.wait()
                 continue
+            groups: dict[GroupKey, list[Pending]] = {}
+            for pending in self._queue:  # FIFO, so each group's members and the groups keep arrival order
+                groups.setdefault(pending.group, []).append(pending)
             oldest = self._queue[0]
-            ready = sum(p.batch for p in self._queue if p.bucket == oldest.bucket)
+            head = groups[oldest.group]
             due = oldest.enqueued_at + self.max_queue_delay_s
-            if not self.combine or was_idle or self._closing or ready >= self.max_batch_size or now >= due:
-                return self._take(oldest.bucket)
+            if not self.combine or was_idle or self._closing or now >= due:
+                return self._take(head, self.max_batch_size)
+            # NOTE: before the oldest is due, any group may leave full or at a preferred size; it never
+            # delays the oldest group past its due time, which is checked first on every wake-up.
+            for members in groups.values():
+                if sum(p.batch for p in members) >= self.max_batch_size:
+                    return self._take(members, self.max_batch_size)
+            for members in groups.values():
+                preferred = self._preferred_size(members)
+                if preferred:
+                    return self._take(members, preferred)
             earliest_deadline = min(p.deadline for p in self._queue)
             self._cond.wait(max(0.0, min(due, earliest_deadline) - now))
 
-    def _take(self, bucket: int) -> list[Pending]:
+    def _preferred_size(self, members: list[Pending]) -> int:
+        """Return the largest preferred batch size the group's queue order reaches exactly (0: none)."""
+        sizes = [n for n in self.preferred_batch_sizes if n <= self.max_batch_size]
+        best = total = 0
+        for pending in members:
+            total += pending.batch
+            if total > self.max_batch_size:
+                break
+            if total in sizes:
+                best = total
+        return best
+
+    def _take(self, members: list[Pending], room: int) -> list[Pending]:
         taken: list[Pending] = []
-        room = self.max_batch_size
-        for pending in self._queue:
-            if pending.bucket == bucket and pending.batch <= room:
+        for pending in members:
+            if pending.batch <= room:
                 taken.append(pending)
                 room -= pending.batch
                 if room == 0 or not self.combine:
@@ -329,6 +313,8 @@ class Batcher:
             taken_at=self._created_at,
             success=0,
             failed=0,
+            client_errors=0,
+            bisect_runs=0,
             timeouts=0,
             rejected=0,
             execution_count=0,
@@ -352,6 +338,8 @@ class Batcher:
                 taken_at=now,
                 success=s.success,
                 failed=s.failed,
+                client_errors=s.client_errors,
+                bisect_runs=s.bisect_runs,
                 timeouts=s.timeouts,
                 rejected=s.rejected,
                 execution_count=s.execution_count,
@@ -387,14 +375,11 @@ class Batcher:
     def _execute(self, batch: list[Pending]) -> None:
         start = self._clock()
         size = sum(p.batch for p in batch)
-        length = real = padded = 0
-        error: ServingError | None = None
-        try:
-            inputs, length, real, padded = self._assemble(batch)
-            outputs = self._run(inputs)
-        except Exception as exc:  # the model failing must not kill the executor
-            log.exception("batch of %d for %s:%s failed", size, self._spec.name, self._spec.version)
-            error = InferenceFailed(f"model '{self._spec.name}' version {self._spec.version} failed: {exc}")
+        isolated = run_isolated(self._run, self._spec, [Part(p.tensors, p.batch, p.seq_len) for p in batch])
+        results: dict[Pending, dict[str, np.ndarray] | ServingError] = {}
+        for i, pending in enumerate(batch):
+            result = isolated.results[i]
+            results[pending] = self._error(result) if isinstance(result, Exception) else result
         end = self._clock()
         compute = end - start
         self._per_sample_s = 0.8 * self._per_sample_s + 0.2 * (compute / size) if self._per_sample_s else compute / size
@@ -404,21 +389,38 @@ class Batcher:
             pending.batch_size = size
             pending.state = _State.DONE
         # NOTE: count first, answer second, so a caller who reads the stats after its answer sees itself.
-        self._record(batch, size, real, padded, compute, end, error is None)
-        offset = 0
+        self._record(batch, results, size, isolated, compute, end)
         for pending in batch:
-            if error is None:
-                pending.future.set_result(self._split(outputs, offset, pending, length))
+            result = results[pending]
+            if isinstance(result, ServingError):
+                pending.future.set_exception(result)
             else:
-                pending.future.set_exception(error)
-            offset += pending.batch
+                pending.future.set_result(result)
+
+    def _error(self, exc: Exception) -> ServingError:
+        """Turn the failure of one request run alone into the error it answers with."""
+        where = f"model '{self._spec.name}' version {self._spec.version}"
+        if is_input_fault(exc):
+            log.info("%s refused a request's input: %s", where, type(exc).__name__)
+            return InputRejected(f"{where} refused the input: {trim(str(exc))}")
+        log.error("%s failed on a request: %s", where, trim(str(exc)), exc_info=exc)
+        return InferenceFailed(f"{where} failed: {trim(str(exc))}")
 
     def _record(
-        self, batch: list[Pending], size: int, real: int, padded: int, compute: float, end: float, ok: bool
+        self,
+        batch: list[Pending],
+        results: dict[Pending, dict[str, np.ndarray] | ServingError],
+        size: int,
+        isolated: Isolated,
+        compute: float,
+        end: float,
     ) -> None:
+        real, padded = isolated.real_tokens, isolated.padded_tokens
+        outcomes = {p: _outcome(results[p]) for p in batch}
         with self._cond:
             s = self.stats
             s.execution_count += 1
+            s.bisect_runs += isolated.extra_runs
             s.compute_ns += int(compute * 1e9)
             per_size = s.batch_sizes.setdefault(size, [0, 0])
             per_size[0] += 1
@@ -430,48 +432,21 @@ class Batcher:
                 total_ns = int((end - p.enqueued_at) * 1e9)
                 s.latency.record(end - p.enqueued_at)
                 s.queue_ns += int(p.queue_s * 1e9)
-                if ok:
+                if outcomes[p] is Outcome.SUCCESS:
                     s.success += 1
                     s.success_ns += total_ns
                     s.inference_count += p.batch
                 else:
                     s.failed += 1
                     s.failed_ns += total_ns
+                    s.client_errors += outcomes[p] is Outcome.CLIENT_ERROR
         if self._observer:
             self._observer.batch_done(size, real, padded, compute)
-            outcome = Outcome.SUCCESS if ok else Outcome.ERROR
             for p in batch:
-                self._observer.request_done(outcome, p.queue_s, compute, end - p.enqueued_at)
+                self._observer.request_done(outcomes[p], p.queue_s, compute, end - p.enqueued_at)
 
-    def _assemble(self, batch: list[Pending]) -> tuple[dict[str, np.ndarray], int, int, int]:
-        """Concatenate along the batch axis, right-padding sequence axes to the longest member."""
-        length = max(p.seq_len for p in batch)
-        real = sum(p.batch * p.seq_len for p in batch)
-        padded = sum(p.batch for p in batch) * length
-        if len(batch) == 1:
-            return batch[0].tensors, length, real, padded
-        inputs = {}
-        for spec in self._spec.inputs:
-            parts = []
-            for p in batch:
-                array = p.tensors[spec.name]
-                if spec.sequence_axis is not None and array.shape[spec.sequence_axis] < length:
-                    widths = [(0, 0)] * array.ndim
-                    widths[spec.sequence_axis] = (0, length - array.shape[spec.sequence_axis])
-                    array = np.pad(array, widths, constant_values=spec.pad_value)
-                parts.append(array)
-            inputs[spec.name] = np.concatenate(parts, axis=0)
-        return inputs, length, real, padded
 
-    def _split(
-        self, outputs: dict[str, np.ndarray], offset: int, pending: Pending, length: int
-    ) -> dict[str, np.ndarray]:
-        result = {}
-        by_name = {t.name: t for t in self._spec.outputs}
-        for name, array in outputs.items():
-            part = array[offset : offset + pending.batch]
-            spec = by_name.get(name)
-            if spec is not None and spec.sequence_axis is not None and pending.seq_len < length:
-                part = np.take(part, np.arange(pending.seq_len), axis=spec.sequence_axis)
-            result[name] = part
-        return result
+def _outcome(result: dict[str, np.ndarray] | ServingError) -> Outcome:
+    if not isinstance(result, ServingError):
+        return Outcome.SUCCESS
+    return Outcome.CLIENT_ERROR if result.status < 500 else Outcome.ERROR

@@ -1,7 +1,9 @@
 """Benchmark: raw ONNX Runtime vs the in-process engine vs the real HTTP server, per demo model.
 
 `python -m serving.bench [--models textcls,mlp] [--seconds 5] [--seq-len 64] [--quick] [--json PATH]`
-prints a table per model and PASS/FAIL lines for the text model's targets. The exit code is 0
+prints a table per model and PASS/FAIL lines for the text model's targets, then mixed-shape traffic
+and bad requests through the engine (serving.bench_shapes; `--mixed-only` runs just that part,
+`--no-mixed` skips it). The exit code is 0
 whatever the numbers say; it is non-zero only when the benchmark itself crashed.
 
 Columns: raw@b/s is raw ORT at the batch size a row formed, measured right after it (this machine's
@@ -498,6 +500,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE",
                    help="extra FLIGHTDECK_* setting for every server, e.g. to try a fix (repeatable)")  # fmt: skip
     p.add_argument("--quick", action="store_true", help="a fast run: 1 s per measurement")
+    mixed = p.add_mutually_exclusive_group()
+    mixed.add_argument("--mixed-only", action="store_true", help="run only the mixed-shape and bad-request part")
+    mixed.add_argument("--no-mixed", action="store_true", help="skip the mixed-shape and bad-request part")
     p.add_argument("--json", type=Path, help="also write the results to this file")
     args = p.parse_args(argv)
     unknown = set(args.models.split(",")) - set(DEMO_MODELS)
@@ -518,6 +523,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="flightdeck-bench-") as tmp:
         store = Path(tmp) / "store"
         write_demo_models(store)
+        if not args.no_mixed:
+            results["mixed_shapes"] = run_mixed(store, warm, secs)
+        if args.mixed_only:
+            return results
         specs = {m: ModelSpec.from_manifest(read_manifest(store / m / "1")) for m in models}
         bodies = {m: request_body(sample_inputs(specs[m], 1, args.seq_len), specs[m]) for m in models}
         raws: dict[str, RawRuns] = {}
@@ -562,6 +571,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             print("\nTargets (textcls):")
             results["targets"] = check_targets(rows["textcls"], raws["textcls"], overload)
     return results
+
+
+def run_mixed(store: Path, warmup_s: float, seconds: float) -> dict[str, Any]:
+    """Run serving.bench_shapes over the demo store; print its table and lines and return them."""
+    from serving.bench_shapes import bench_shapes, summary_lines  # NOTE: imports this module back
+
+    part = bench_shapes(store, store / "textcls" / "1", warmup_s, seconds)
+    print_table(f"mixed shapes and bad requests through the engine, {seconds:g} s per measurement", part.rows)
+    lines = summary_lines(part)
+    print("\n".join(lines))
+    return {"rows": [asdict(r) for r in part.rows], "summary": lines}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,10 @@ class InvalidInput(ServingError):
     reason = "invalid_input"
 
 
+class InputRejected(InvalidInput):
+    """The model's runtime refused this request's own values or shapes (an id outside the vocabulary)."""
+
+
 class ModelNotFound(ServingError):
     """No such model, or no such version loaded."""
 

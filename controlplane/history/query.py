@@ -23,7 +23,8 @@ from serving.histogram import Histogram
 SLOT_METRICS = {
     "requests": ("requests that reached the slot (answered, failed, timed out or refused)", "count"),
     "throughput": ("answered requests per second", "1/s"),
-    "error_rate": ("failed / requests", "ratio"),
+    "error_rate": ("server errors (the model or engine failed) / requests", "ratio"),
+    "client_error_rate": ("requests the model refused for their own input (400) / requests", "ratio"),
     "timeout_rate": ("timed out / requests", "ratio"),
     "rejection_rate": ("refused (queue full) / requests", "ratio"),
     "p50": ("engine latency, 50th percentile", "ms"),
@@ -55,6 +56,7 @@ class SlotAggregate:
 
     successes: int = 0
     errors: int = 0
+    client_errors: int = 0
     timeouts: int = 0
     rejections: int = 0
     latency: Histogram = field(default_factory=Histogram)
@@ -71,6 +73,7 @@ class SlotAggregate:
     def add(self, row: SlotSample) -> None:
         self.successes += row.successes
         self.errors += row.errors
+        self.client_errors += row.client_errors or 0
         self.timeouts += row.timeouts
         self.rejections += row.rejections
         self.latency.merge(Histogram.from_dict(row.latency_hist))
@@ -87,19 +90,24 @@ class SlotAggregate:
 
     @property
     def requests(self) -> int:
-        return self.successes + self.errors + self.timeouts + self.rejections
+        return self.successes + self.errors + self.client_errors + self.timeouts + self.rejections
 
     def value(self, metric: str, seconds: float) -> float | None:
         """Return one metric over an aggregate covering `seconds`; None where undefined."""
         requests = self.requests
-        ran = self.successes + self.errors
+        ran = self.successes + self.errors + self.client_errors
         if metric == "requests":
             return float(requests)
         if metric == "throughput":
-            return (self.successes + self.errors) / seconds if seconds > 0 else None
-        if metric in ("error_rate", "timeout_rate", "rejection_rate"):
-            part = {"error_rate": self.errors, "timeout_rate": self.timeouts, "rejection_rate": self.rejections}[metric]
-            return part / requests if requests else None
+            return ran / seconds if seconds > 0 else None
+        parts = {
+            "error_rate": self.errors,
+            "client_error_rate": self.client_errors,
+            "timeout_rate": self.timeouts,
+            "rejection_rate": self.rejections,
+        }
+        if metric in parts:
+            return parts[metric] / requests if requests else None
         if metric in _QUANTILES:
             q = self.latency.quantile(_QUANTILES[metric])
             return None if q is None else q * 1000
@@ -192,7 +200,17 @@ def summary(session: Session, start: datetime, end: datetime, model: str | None 
     for row in _slot_rows(session, start, end, model, None, None):
         groups[(row.model, row.version, row.slot)].add(row)
     seconds = (end - start).total_seconds()
-    names = ("requests", "throughput", "error_rate", "timeout_rate", "rejection_rate", "p50", "p99", "padding_waste")
+    names = (
+        "requests",
+        "throughput",
+        "error_rate",
+        "client_error_rate",
+        "timeout_rate",
+        "rejection_rate",
+        "p50",
+        "p99",
+        "padding_waste",
+    )
     return [
         {"model": m, "version": v, "slot": s, **{name: agg.value(name, seconds) for name in names}}
         for (m, v, s), agg in sorted(groups.items())

@@ -60,6 +60,7 @@ def _roll_up_slots(session: Session, source: int, target: int, cutoff: datetime)
                 slot=slot,
                 successes=agg.successes,
                 errors=agg.errors,
+                client_errors=agg.client_errors,
                 timeouts=agg.timeouts,
                 rejections=agg.rejections,
                 latency_hist=agg.latency.to_dict(),

@@ -46,7 +46,9 @@ def slot_row(
         version=loaded.spec.version,
         slot=loaded.slot,
         successes=after.success - before.success,
-        errors=after.failed - before.failed,
+        # Triton's `failed` counts both; the history keeps server and client errors apart.
+        errors=(after.failed - after.client_errors) - (before.failed - before.client_errors),
+        client_errors=after.client_errors - before.client_errors,
         timeouts=after.timeouts - before.timeouts,
         rejections=after.rejected - before.rejected,
         latency_hist=after.latency.minus(before.latency).to_dict(),

@@ -28,7 +28,9 @@ class SlotSample(Base):
     version: Mapped[str] = mapped_column(String(64))
     slot: Mapped[str] = mapped_column(String(8))
     successes: Mapped[int] = mapped_column(default=0)
-    errors: Mapped[int] = mapped_column(default=0)
+    errors: Mapped[int] = mapped_column(default=0)  # server errors: the model or the engine failed
+    # Requests the model refused for their own input (a 400); never part of `errors`.
+    client_errors: Mapped[int] = mapped_column(default=0, server_default="0")
     timeouts: Mapped[int] = mapped_column(default=0)
     rejections: Mapped[int] = mapped_column(default=0)
     latency_hist: Mapped[dict] = mapped_column(JSON, default=dict)

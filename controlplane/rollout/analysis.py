@@ -55,12 +55,15 @@ def analyse(
 ) -> Analysis:
     """Judge a step: fail on any breached threshold, inconclusive on too little data, else pass.
 
-    `agreement` is (agreeing, compared) shadow outputs, when the rollout shadows.
+    `agreement` is (agreeing, compared) shadow outputs, when the rollout shadows. Errors are server
+    errors only: requests the model refused for their own input (400s) are shown, never judged, so
+    no client can fail a rollout, or trigger a rollback, by sending bad input.
     """
     seconds = 1.0  # rates below are ratios of counts; seconds only matter for throughput
     figures: dict[str, float | None] = {
         "requests": float(candidate.requests),
         "error_rate": candidate.value("error_rate", seconds),
+        "client_error_rate": candidate.value("client_error_rate", seconds),
         "timeout_rate": candidate.value("timeout_rate", seconds),
         "p99_ms": candidate.value("p99", seconds),
         "stable_requests": float(stable.requests) if stable else None,

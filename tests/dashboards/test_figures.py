@@ -126,7 +126,7 @@ def test_a_version_keeps_its_colour_across_figures(dashboard) -> None:
 def test_rates_are_percentages(dashboard) -> None:
     traces = traces_by_name(dashboard["errors"])
 
-    assert {n.rsplit(" ", 1)[1] for n in traces} == {"errors", "timeouts", "rejections"}
+    assert {n.rsplit(" ", 1)[1] for n in traces} == {"errors", "client-errors", "timeouts", "rejections"}
     expected = 0.01 * (METRICS.index("error_rate") + 1) * 100
     assert traces["textcls v1 (blue) errors"]["y"][0] == pytest.approx(expected)
     assert dashboard["errors"]["layout"]["yaxis"]["ticksuffix"] == "%"

@@ -237,7 +237,10 @@ def test_aggregations_pick_the_matching_over_time_function() -> None:
 
 def test_counters_read_as_a_rate_over_the_window_and_note_other_aggregations() -> None:
     expr, note = prometheus.expression(a_rule("throughput"))
-    assert expr == '(sum by (model) (rate(flightdeck_inference_requests_total{outcome=~"success|error"}[5m]))) > 0.5'
+    assert (
+        expr
+        == '(sum by (model) (rate(flightdeck_inference_requests_total{outcome=~"success|error|client_error"}[5m]))) > 0.5'
+    )
     assert note is None
 
     expr, note = prometheus.expression(a_rule("p90", "max", by=()))

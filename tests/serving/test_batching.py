@@ -10,6 +10,7 @@ import pytest
 
 from serving.batching import Batcher, Outcome
 from serving.errors import DeadlineExceeded, InferenceFailed, InvalidInput, Overloaded, Unavailable
+from serving.tensors import ModelSpec, TensorSpec
 from tests.fakes import SEQUENCE_SPEC, VECTOR_SPEC, Echo, Failing, Gated, SequenceSum, sequence, vector
 
 
@@ -241,3 +242,119 @@ def test_batching_off_runs_each_request_alone_with_its_own_batch() -> None:
         assert batcher.result(pending)["y"].shape == (2, 4)
     assert [b["x"].shape[0] for b in model.inner.batches] == [1, 2, 2, 2]
     batcher.close()
+
+
+WIDE_SPEC = ModelSpec("wide", "1", (TensorSpec("x", "FP32", (-1, -1)),), (TensorSpec("y", "FP32", (-1, -1)),), 8)
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_requests_of_different_shapes_wait_in_their_own_groups() -> None:
+    model = Gated()
+    batcher = make(model, spec=WIDE_SPEC, max_queue_delay_s=0.05)
+    first = submit(batcher, {"x": np.ones((1, 3), np.float32)})
+    assert model.started.wait(5)
+    queued = [submit(batcher, {"x": np.full((1, w), float(w), np.float32)}) for w in (3, 5, 3, 5, 7, 3)]
+    model.gate.set()
+    for pending, width in zip(queued, (3, 5, 3, 5, 7, 3)):
+        np.testing.assert_array_equal(batcher.result(pending)["y"], np.full((1, width), 2.0 * width, np.float32))
+    batcher.result(first)
+    assert sorted(b["x"].shape for b in model.inner.batches) == [(1, 3), (1, 7), (2, 5), (3, 3)]
+    batcher.close()
+
+
+def test_the_oldest_requests_group_goes_first_once_due_so_a_rare_shape_is_not_starved() -> None:
+    clock = ManualClock()
+    model = Gated()
+    batcher = make(model, spec=WIDE_SPEC, max_batch_size=4, max_queue_delay_s=0.05, clock=clock)
+    first = submit(batcher, {"x": np.ones((1, 3), np.float32)})
+    assert model.started.wait(5)
+    rare = submit(batcher, {"x": np.ones((1, 9), np.float32)})
+    common = [submit(batcher, {"x": np.ones((1, 3), np.float32)}) for _ in range(8)]
+    clock.now = 1.0  # the rare request is past its delay before the executor looks again
+    model.gate.set()
+    for pending in [first, rare, *common]:
+        batcher.result(pending)
+    # Two full common groups were ready too, but the oldest request's group left first.
+    assert [b["x"].shape for b in model.inner.batches] == [(1, 3), (1, 9), (4, 3), (4, 3)]
+    batcher.close()
+
+
+def test_a_full_group_of_another_shape_need_not_wait_for_the_oldest() -> None:
+    model = Gated()
+    batcher = make(model, spec=WIDE_SPEC, max_batch_size=4, max_queue_delay_s=30.0)
+    first = submit(batcher, {"x": np.ones((1, 3), np.float32)})
+    assert model.started.wait(5)
+    submit(batcher, {"x": np.ones((1, 9), np.float32)}, timeout_s=60)
+    common = [submit(batcher, {"x": np.ones((1, 3), np.float32)}) for _ in range(4)]
+    model.gate.set()
+    for pending in [first, *common]:
+        batcher.result(pending)  # within the 30 s window: the full group left at once
+    assert [b["x"].shape for b in model.inner.batches] == [(1, 3), (4, 3)]
+    batcher.close()
+
+
+def test_preferred_batch_sizes_dispatch_the_largest_that_can_be_formed() -> None:
+    model = Gated()
+    batcher = make(model, max_batch_size=8, max_queue_delay_s=30.0, preferred_batch_sizes=(2, 4))
+    first = busy_with_one(batcher, model)
+    queued = [submit(batcher, vector(float(i))) for i in range(5)]
+    model.gate.set()
+    for pending in [first, *queued[:4]]:
+        batcher.result(pending)  # long before the 30 s window: 4 is preferred and could be formed
+    assert [b["x"].shape[0] for b in model.inner.batches] == [1, 4]
+    assert queued[0].batch_size == 4
+    batcher.close()  # the fifth, alone and short of any preferred size, leaves when the batcher closes
+    assert batcher.result(queued[4])["y"].shape == (1, 4)
+    assert [b["x"].shape[0] for b in model.inner.batches] == [1, 4, 1]
+
+
+def test_a_request_that_runs_alone_gets_its_outputs_whole() -> None:
+    def no_batch_axis(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        # A model whose axis 0 is its own (max_batch_size 0): three rows for one request.
+        return {"y": np.repeat(inputs["x"], 3, axis=0)}
+
+    batcher = make(no_batch_axis)
+    assert batcher.result(submit(batcher, vector(1.0)))["y"].shape == (3, 4)
+    batcher.close()
+
+
+class FailsOn:
+    """Fail any batch that holds the value `bad`, naming it, like a runtime refusing one request's input."""
+
+    def __init__(self, bad: float) -> None:
+        self.bad = bad
+
+    def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if (inputs["x"] == self.bad).any():
+            raise RuntimeError(f"cannot run value {self.bad}")
+        return {"y": inputs["x"] * 2}
+
+
+def test_bisection_isolates_one_bad_request_in_32_within_2_log2_n_extra_runs() -> None:
+    runs = []
+    for position in range(32):
+        model = Gated(FailsOn(-1.0))
+        batcher = make(model, max_batch_size=32, max_queue_delay_s=30.0)
+        busy_with_one(batcher, model)
+        values = [-1.0 if i == position else float(i) for i in range(32)]
+        queued = [submit(batcher, vector(v)) for v in values]
+        model.gate.set()
+        for value, pending in zip(values, queued):
+            if value == -1.0:
+                with pytest.raises(InferenceFailed, match=r"cannot run value -1\.0"):
+                    batcher.result(pending)
+            else:
+                np.testing.assert_array_equal(batcher.result(pending)["y"], np.full((1, 4), 2 * value, np.float32))
+        assert pending.batch_size == 32 and batcher.stats.failed == 1
+        runs.append(batcher.stats.bisect_runs)
+        batcher.close()
+    # Halving: one run per level when the left half runs clean (the right half must hold the fault,
+    # so it is split without a run), two when it fails; the last level always runs both singles.
+    assert (min(runs), max(runs), sum(runs) / len(runs)) == (6, 10, 8.0)

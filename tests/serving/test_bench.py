@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -50,3 +51,19 @@ def test_closed_loop_counts_statuses_batches_and_window() -> None:
     assert row.batch == 4.0 and row.errors == w.statuses[429] and row.requests == sum(w.statuses.values())
     assert row.throughput == w.statuses[200] / 0.2
     assert row.cpu is not None and len(row.cpu) == 3
+
+
+def test_mixed_shape_part_measures_both_modes_and_counts_bisection(tmp_path, demo_store) -> None:
+    from serving import bench_shapes
+
+    spec = ModelSpec.from_manifest(
+        json.loads((bench_shapes.write_ocr_model(tmp_path / "ocr" / "1") / "manifest.json").read_text())
+    )
+    assert spec.check_inputs({"x": np.zeros((1, 3, 48, 640), np.float32)}) == (1, 0)
+    part = bench_shapes.bench_shapes(tmp_path, demo_store / "textcls" / "1", warmup_s=0.05, seconds=0.3)
+    batched, unbatched, clean, dirty = part.rows
+    assert batched.throughput > 0 and unbatched.throughput > 0 and unbatched.batch == 1.0
+    assert batched.errors == unbatched.errors == clean.errors == 0  # mixed widths never break a request
+    assert set(dirty.statuses) == {"200", "400"} and part.bad_requests > 0
+    assert part.bisect_runs <= 10 * part.bad_requests  # 2 x log2(32) per bad request at most
+    assert len(bench_shapes.summary_lines(part)) == 3

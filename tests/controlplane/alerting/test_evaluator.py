@@ -82,6 +82,22 @@ def test_errors_fire_after_for_queue_one_message_and_run_the_runbook_once(sessio
     assert statuses == ["firing", "resolved"]
 
 
+def test_bad_input_from_clients_never_fires_the_error_alert_nor_its_rollback(sessions, evaluator) -> None:
+    ev, clock, runs = evaluator
+    for minute in range(6):
+        with sessions() as s, s.begin():
+            at = T0 + timedelta(minutes=minute, seconds=30)
+            s.add(slot_row(at, latencies(minute, 200), errors=1, client_errors=120))  # 60% answered 400
+    for minute in (1, 4, 6):
+        clock.now = T0 + timedelta(minutes=minute)
+        assert ev.run()["queued"] == 0
+        with sessions() as s:
+            assert {a.state for a in s.scalars(select(AlertRecord))} == {"inactive"}  # seen, never pending
+    with sessions() as s:
+        assert s.scalars(select(OutboxMessage)).all() == []
+    assert runs == []
+
+
 def test_a_silence_keeps_the_state_but_queues_nothing(sessions, evaluator) -> None:
     ev, clock, _ = evaluator
     with sessions() as s, s.begin():

@@ -46,6 +46,17 @@ def test_series_buckets_by_step_sums_processes_and_leaves_empty_steps_empty(sess
     assert rejected[0]["points"][0][1] == pytest.approx(20 / 140)
 
 
+def test_client_errors_are_requests_but_never_server_errors(sessions) -> None:
+    with sessions() as s, s.begin():
+        s.add(slot_row(T0 + minutes(0.5), latencies(1, 100), errors=2, client_errors=30))
+    with sessions() as s:
+        (line,) = query.summary(s, T0, T0 + minutes(1))
+        throughput = query.series(s, "throughput", T0, T0 + minutes(1), 60)[0]["points"][0][1]
+    assert line["requests"] == 100
+    assert line["error_rate"] == pytest.approx(2 / 100) and line["client_error_rate"] == pytest.approx(30 / 100)
+    assert throughput == pytest.approx(100 / 60)  # a 400 from the model is an answered request
+
+
 def test_batch_sizes_padding_and_queue(sessions) -> None:
     with sessions() as s, s.begin():
         s.add(

@@ -35,7 +35,7 @@ def test_rollup_preserves_counts_and_percentiles_of_what_it_replaces(sessions) -
     with sessions() as s, s.begin():
         for i in range(6 * 30):  # 30 minutes of 10-second rows from two processes
             ts = T0 + timedelta(seconds=10 * (i // 2 + 1))
-            s.add(slot_row(ts, latencies(i, 20), errors=i % 3, process=f"p{i % 2}"))
+            s.add(slot_row(ts, latencies(i, 20), errors=i % 3, client_errors=i % 5, process=f"p{i % 2}"))
             s.add(device_row(ts, 0.1 + (i % 2) * 0.2))
     with sessions() as s:
         before = query.summary(s, T0, T0 + timedelta(hours=1))
@@ -51,6 +51,7 @@ def test_rollup_preserves_counts_and_percentiles_of_what_it_replaces(sessions) -
         frag_after = query.series(s, "fragmentation", T0, T0 + timedelta(minutes=30), 1800)[0]["points"][0][1]
     assert resolutions == {60: 15}  # 15 one-minute rows, processes merged
     assert after == before  # same requests, errors and (merged-bucket) percentiles
+    assert after[0]["client_error_rate"] == before[0]["client_error_rate"] > 0
     assert abs(frag_after - frag_before) < 1e-9
 
 

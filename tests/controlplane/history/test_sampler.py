@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from prometheus_client import REGISTRY
 from sqlalchemy import func, select
 
 from controlplane.models import DeviceSample, SlotSample
+
+REQUESTS = "flightdeck_inference_requests_total"
 
 BODY = {"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [0.5] * 64}]}
 
@@ -55,3 +58,39 @@ def test_a_replaced_version_gets_its_last_row_and_the_new_one_counts_from_its_lo
             ).all()
         )
     assert totals == {"1": 3, "2": 2}
+
+
+def test_requests_the_model_refuses_are_client_errors_never_server_errors(app, client) -> None:
+    services = app.extensions["flightdeck"]
+    services.sampler.sample()
+
+    def text(ids: list[int]) -> dict:
+        shape = [1, len(ids)]
+        return {
+            "inputs": [
+                {"name": "input_ids", "shape": shape, "datatype": "INT64", "data": ids},
+                {"name": "attention_mask", "shape": shape, "datatype": "INT64", "data": [1] * len(ids)},
+            ]
+        }
+
+    def counted() -> dict[str, float]:
+        labels = {"model": "textcls", "version": "1", "slot": "blue"}
+        counts = {o: REGISTRY.get_sample_value(REQUESTS, {**labels, "outcome": o}) for o in ("client_error", "error")}
+        invalid = REGISTRY.get_sample_value(
+            REQUESTS, {"model": "textcls", "version": "", "slot": "", "outcome": "invalid"}
+        )
+        return {**counts, "invalid": invalid or 0.0}
+
+    before = counted()
+    assert client.post("/v2/models/textcls/infer", json=text([5, 6, 7])).status_code == 200
+    refused = client.post("/v2/models/textcls/infer", json=text([5, 999_999_999]))
+    assert refused.status_code == 400 and "999999999" in refused.get_json()["error"]
+    services.sampler.sample()
+    with services.sessions() as session:
+        row = session.scalars(select(SlotSample).where(SlotSample.model == "textcls", SlotSample.successes > 0)).one()
+        assert (row.successes, row.errors, row.client_errors) == (1, 0, 1)
+    after = counted()
+    (stats,) = client.get("/v2/models/textcls/stats").get_json()["model_stats"]
+    assert stats["inference_stats"]["fail"]["count"] == stats["client_errors"] == 1  # Triton's "fail" counts both
+    # Counted once, as the slot's client error: not as a server error, nor again as refused before a slot.
+    assert {k: after[k] - before[k] for k in after} == {"client_error": 1.0, "error": 0.0, "invalid": 0.0}

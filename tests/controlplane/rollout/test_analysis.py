@@ -43,6 +43,14 @@ def test_a_breached_threshold_fails_and_says_which(canary: SlotAggregate, reason
     assert any(reason in r for r in result.reasons), result.reasons
 
 
+def test_client_errors_never_fail_a_canary() -> None:
+    canary = recorded(1000, seed=4)
+    canary.successes, canary.client_errors = 600, 400  # a client sending bad input gets 400s
+    result = analyse(canary, recorded(5000, seed=5), POLICY)
+    assert result.verdict is Verdict.PASS, result.reasons
+    assert result.figures["error_rate"] == 0 and result.figures["client_error_rate"] == pytest.approx(0.4)
+
+
 def test_an_error_rate_well_above_stable_fails_even_under_the_absolute_limit() -> None:
     policy = AnalysisPolicy(min_requests=100, max_error_rate=0.05, max_error_rate_increase=0.005)
     result = analyse(recorded(1000, errors=20), recorded(10000, errors=10), policy)

@@ -1,0 +1,75 @@
+"""What a batcher tells the world: request outcomes, the observer hook, cumulative statistics."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from serving.histogram import Histogram
+
+
+class Outcome(enum.StrEnum):
+    """How a request that reached a batcher ended."""
+
+    SUCCESS = "success"
+    ERROR = "error"  # the model or the engine failed: a server error
+    CLIENT_ERROR = "client_error"  # the runtime refused the request's own input: a 400
+    TIMEOUT = "timeout"
+    REJECTED = "rejected"
+
+
+class BatchObserver(Protocol):
+    """Receives timings as they happen; the control plane turns them into metrics."""
+
+    def request_done(self, outcome: Outcome, queue_s: float, compute_s: float, total_s: float) -> None: ...
+
+    def batch_done(self, size: int, real_tokens: int, padded_tokens: int, compute_s: float) -> None: ...
+
+    def queue_changed(self, depth: int) -> None: ...
+
+
+@dataclass
+class BatcherStats:
+    """Cumulative counters in the shape of Triton's statistics extension (nanoseconds)."""
+
+    success: int = 0
+    success_ns: int = 0
+    failed: int = 0  # every failure that ran, client errors included (Triton's "fail")
+    failed_ns: int = 0
+    client_errors: int = 0  # ... of which the request's own input was the cause
+    bisect_runs: int = 0  # extra model runs spent splitting failed batches
+    timeouts: int = 0
+    rejected: int = 0
+    queue_ns: int = 0
+    compute_ns: int = 0
+    inference_count: int = 0
+    execution_count: int = 0
+    real_tokens: int = 0
+    padded_tokens: int = 0
+    last_inference_ms: int = 0
+    # batch size -> [executions, compute nanoseconds]
+    batch_sizes: dict[int, list[int]] = field(default_factory=dict)
+    # Engine latency (queue + compute) of every request that ran, mergeable across intervals.
+    latency: Histogram = field(default_factory=Histogram)
+
+
+@dataclass(frozen=True)
+class BatcherSnapshot:
+    """Cumulative counters at one moment, plus the queue's max and mean since the previous snapshot."""
+
+    taken_at: float
+    success: int
+    failed: int
+    client_errors: int
+    bisect_runs: int
+    timeouts: int
+    rejected: int
+    execution_count: int
+    real_tokens: int
+    padded_tokens: int
+    batch_counts: dict[int, int]
+    latency: Histogram
+    latency_sum_s: float
+    queue_depth_max: int
+    queue_depth_mean: float
