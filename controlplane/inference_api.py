@@ -18,7 +18,9 @@ from controlplane.auth.guard import bearer_actor
 from controlplane.requestlog import log_request
 from serving.codec import HEADER_LENGTH, decode_request, encode_response, select_outputs
 from serving.engine import Engine, LoadedVersion
-from serving.errors import InvalidInput, ModelNotFound, Overloaded, PayloadTooLarge, ServingError
+from serving.errors import InputRejected, InvalidInput, ModelNotFound, Overloaded, PayloadTooLarge, ServingError
+from serving.modelconfig import triton_config
+from serving.runtime import CUDA
 from serving.tensors import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -26,7 +28,7 @@ log = logging.getLogger(__name__)
 bp = Blueprint("oip", __name__, url_prefix="/v2")
 
 SERVER_VERSION = "0.1.0"
-EXTENSIONS = ["binary_tensor_data", "statistics", "model_configuration"]
+EXTENSIONS = ["binary_tensor_data", "statistics", "model_configuration", "model_repository"]
 
 
 def _services():
@@ -87,14 +89,18 @@ def _versions(name: str) -> list[LoadedVersion]:
     return loaded
 
 
-def _spec(name: str, version: str | None) -> ModelSpec:
+def _loaded(name: str, version: str | None) -> LoadedVersion:
     loaded = _versions(name)
     if version is None:
-        return _engine().resolve(name).spec if _engine().model_ready(name) else loaded[0].spec
+        return _engine().resolve(name) if _engine().model_ready(name) else loaded[0]
     for v in loaded:
         if v.spec.version == version:
-            return v.spec
+            return v
     raise ModelNotFound(f"model '{name}' has no version {version} loaded")
+
+
+def _spec(name: str, version: str | None) -> ModelSpec:
+    return _loaded(name, version).spec
 
 
 @bp.get("/models/<name>")
@@ -115,22 +121,8 @@ def model_metadata(name: str, version: str | None = None) -> Response:
 @bp.get("/models/<name>/config")
 @bp.get("/models/<name>/versions/<version>/config")
 def model_config(name: str, version: str | None = None) -> Response:
-    spec = _spec(name, version)
-    engine = _engine()
-
-    def dims(t):  # Triton's config lists dims without the batch axis
-        return {"name": t.name, "data_type": "TYPE_" + t.datatype, "dims": list(t.shape[1:])}
-
-    return _json(
-        {
-            "name": name,
-            "platform": spec.platform,
-            "max_batch_size": min(spec.max_batch_size, engine.batching.max_batch_size),
-            "input": [dims(t) for t in spec.inputs],
-            "output": [dims(t) for t in spec.outputs],
-            "dynamic_batching": {"max_queue_delay_microseconds": int(engine.batching.max_queue_delay_ms * 1000)},
-        }
-    )
+    loaded = _loaded(name, version)
+    return _json(triton_config(loaded.spec, loaded.config, on_gpu=loaded.provider == CUDA))
 
 
 @bp.get("/models/<name>/ready")
@@ -203,7 +195,8 @@ def infer(name: str, version: str | None = None) -> Response:
     except ServingError as exc:
         status = exc.status
         record["error"] = exc.message
-        if isinstance(exc, (InvalidInput, ModelNotFound, PayloadTooLarge)):
+        # InputRejected ran in a slot, whose observer already counted it as a client error.
+        if isinstance(exc, (InvalidInput, ModelNotFound, PayloadTooLarge)) and not isinstance(exc, InputRejected):
             # Unknown names share one label, so made-up model names cannot grow the series.
             metrics.record_invalid(name if name in _engine().models() else "_unknown")
         raise
@@ -253,6 +246,9 @@ def _stats_entry(loaded: LoadedVersion) -> dict:
         ],
         "timeouts": s.timeouts,
         "rejected": s.rejected,
+        # Of "fail": requests the model refused for their own input (400s); and the extra runs bisection took.
+        "client_errors": s.client_errors,
+        "bisect_runs": s.bisect_runs,
         "queue_depth": loaded.batcher.queue_depth,
         "padding": {"real_tokens": s.real_tokens, "padded_tokens": s.padded_tokens},
     }

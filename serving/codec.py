@@ -3,6 +3,10 @@
 A request body is JSON, or, when the `Inference-Header-Content-Length` header is given, a JSON
 header of that many bytes followed by the raw little-endian bytes of every input that carries a
 `binary_data_size` parameter, in the order the inputs are listed. Responses mirror that.
+
+BYTES tensors (ONNX Runtime's strings) are JSON strings, or in binary each element as a 4-byte
+little-endian length and then its UTF-8 bytes (Triton's serialization). ONNX Runtime holds text,
+so an element that is not UTF-8 is refused.
 """
 
 from __future__ import annotations
@@ -68,9 +72,67 @@ def _shape(value: Any, name: str) -> tuple[int, ...]:
 _ACCEPTED_KINDS = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}
 
 
+def _decode_json_strings(data: list, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    values: list[str] = []
+    stack = [iter(data)]
+    while stack:  # NOTE: a loop, not recursion, so deep nesting cannot overflow the stack
+        item = next(stack[-1], _END)
+        if item is _END:
+            stack.pop()
+        elif isinstance(item, list):
+            stack.append(iter(item))
+        elif isinstance(item, str):
+            values.append(item)
+        else:
+            raise InvalidInput(f"input '{name}': data does not fit datatype BYTES: every element must be a string")
+    expected = math.prod(shape)
+    if len(values) != expected:
+        raise InvalidInput(f"input '{name}': {len(values)} values given, shape {list(shape)} needs {expected}")
+    return _object_array(values, shape)
+
+
+_END = object()
+
+
+def _object_array(values: list[str], shape: tuple[int, ...]) -> np.ndarray:
+    array = np.empty(len(values), dtype=object)
+    array[:] = values
+    return array.reshape(shape)
+
+
+def _decode_binary_strings(raw: bytes, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    values: list[str] = []
+    position = 0
+    for index in range(math.prod(shape)):
+        if position + 4 > len(raw):
+            raise InvalidInput(f"input '{name}': BYTES data ends before element {index}'s length")
+        size = int.from_bytes(raw[position : position + 4], "little")
+        position += 4
+        if position + size > len(raw):
+            raise InvalidInput(f"input '{name}': BYTES element {index} needs {size} bytes, {len(raw) - position} left")
+        try:
+            values.append(raw[position : position + size].decode("utf-8"))
+        except UnicodeDecodeError:
+            raise InvalidInput(f"input '{name}': BYTES element {index} is not UTF-8 text") from None
+        position += size
+    if position != len(raw):
+        raise InvalidInput(f"input '{name}': binary_data_size is {len(raw)} bytes but the elements use {position}")
+    return _object_array(values, shape)
+
+
+def _encode_binary_strings(array: np.ndarray) -> bytes:
+    parts = []
+    for value in array.reshape(-1):
+        data = value if isinstance(value, bytes) else str(value).encode("utf-8")
+        parts.append(len(data).to_bytes(4, "little") + data)
+    return b"".join(parts)
+
+
 def _decode_json_data(data: Any, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
     if not isinstance(data, list):
         raise InvalidInput(f"input '{name}': 'data' must be a list")
+    if dtype.kind == "O":
+        return _decode_json_strings(data, name, shape)
     datatype = datatype_of(np.empty(0, dtype))
     try:
         inferred = np.array(data)
@@ -81,6 +143,15 @@ def _decode_json_data(data: Any, name: str, dtype: np.dtype, shape: tuple[int, .
     expected = math.prod(shape)
     if inferred.size != expected:
         raise InvalidInput(f"input '{name}': {inferred.size} values given, shape {list(shape)} needs {expected}")
+    if dtype == np.uint64 and inferred.dtype.kind in "fO":
+        # NOTE: numpy infers float64 for integers past INT64's max; Python's ints are exact, so keep them.
+        exact = np.array(data, dtype=object)
+        if all(type(v) is int for v in exact.flat):
+            if not all(0 <= v < 2**64 for v in exact.flat):
+                raise InvalidInput(
+                    f"input '{name}': data does not fit datatype UINT64: a value is outside [0, {2**64 - 1}]"
+                )
+            return exact.astype(dtype).reshape(shape)
     if inferred.size and inferred.dtype.kind not in _ACCEPTED_KINDS[dtype.kind]:
         raise InvalidInput(
             f"input '{name}': data does not fit datatype {datatype}: it holds {_describe(inferred)} values"
@@ -112,6 +183,8 @@ def decode_request(body: bytes, header_length: int | None = None) -> InferReques
         payload = json.loads(header_bytes)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidInput(f"malformed JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidInput("malformed JSON: nested too deeply") from None
     payload = _object(payload, "request body")
     parameters = payload.get("parameters") or {}
     _object(parameters, "'parameters'")
@@ -142,13 +215,17 @@ def decode_request(body: bytes, header_length: int | None = None) -> InferReques
             raise InvalidInput(f"input '{name}' has binary_data_size but the request has no {HEADER_LENGTH} header")
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise InvalidInput(f"input '{name}': binary_data_size must be a non-negative integer")
+        if offset + size > len(binary):
+            raise InvalidInput(f"input '{name}': binary data ends after {len(binary) - offset} of {size} bytes")
+        if dtype.kind == "O":
+            tensors[name] = _decode_binary_strings(binary[offset : offset + size], name, shape)
+            offset += size
+            continue
         expected = math.prod(shape) * dtype.itemsize
         if size != expected:
             raise InvalidInput(
                 f"input '{name}': binary_data_size {size} bytes, shape {list(shape)} of {datatype} needs {expected}"
             )
-        if offset + size > len(binary):
-            raise InvalidInput(f"input '{name}': binary data ends after {len(binary) - offset} of {size} bytes")
         tensors[name] = np.frombuffer(
             binary, dtype=dtype.newbyteorder("<"), count=math.prod(shape), offset=offset
         ).reshape(shape)
@@ -199,12 +276,19 @@ def encode_response(
     outputs = []
     chunks: list[bytes] = []
     for want in wanted:
-        array = np.ascontiguousarray(results[want.name])
+        # NOTE: not ascontiguousarray, which turns a scalar into shape [1]; tobytes is row-major anyway.
+        array = np.asarray(results[want.name])
         entry: dict[str, Any] = {"name": want.name, "datatype": datatype_of(array), "shape": list(array.shape)}
-        if want.binary:
+        if want.binary and array.dtype.kind == "O":
+            raw = _encode_binary_strings(array)
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            chunks.append(raw)
+        elif want.binary:
             raw = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
             entry["parameters"] = {"binary_data_size": len(raw)}
             chunks.append(raw)
+        elif array.dtype.kind == "O":
+            entry["data"] = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in array.ravel()]
         else:
             entry["data"] = array.ravel().tolist()
         outputs.append(entry)

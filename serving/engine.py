@@ -21,7 +21,16 @@ import numpy as np
 
 from serving.batching import Batcher, BatchObserver
 from serving.errors import InvalidInput, ModelNotFound, Overloaded, ServingError, Unavailable
-from serving.runtime import CPU, Session, check_spec_matches, load_session, requested_providers, warmup_inputs
+from serving.modelconfig import ModelConfig, effective_config
+from serving.runtime import (
+    CPU,
+    Session,
+    check_spec_matches,
+    declared_warmup,
+    load_session,
+    requested_providers,
+    warmup_inputs,
+)
 from serving.settings import BatchingSettings, RuntimeSettings, parallelism
 from serving.tensors import ModelSpec
 
@@ -42,7 +51,10 @@ class LoadedVersion:
     session: Session
     batcher: Batcher
     path: Path
+    config: ModelConfig
     warmup_s: float = 0.0
+    # One small input the session is known to run (a warm-up sample), for arena shrinking; None if none ran.
+    sample: dict[str, np.ndarray] | None = field(default=None, repr=False)
     loaded_at: float = field(default_factory=time.time)
     # Shadow comparisons made while this version received copies of live traffic.
     shadow: ShadowStats = field(default_factory=lambda: ShadowStats())
@@ -125,33 +137,39 @@ class Engine:
     # -- lifecycle -----------------------------------------------------------------------
 
     def load(self, version_dir: Path, slot: str = "blue") -> LoadedVersion:
-        """Load `version_dir` (model.onnx + manifest.json) into a slot, warm it up, then publish it."""
+        """Load `version_dir` (model.onnx + manifest.json) into a slot, warm it up, then publish it.
+
+        The manifest's own batching values combine with the engine's (serving.modelconfig). Declared
+        warm-up samples must all run, or the load fails; without them the inferred warm-up is best
+        effort (a failure is logged, not fatal) and runs only where the input shapes are knowable.
+        """
         if slot not in SLOTS:
             raise ValueError(f"slot must be one of {SLOTS}, not {slot!r}")
         spec = ModelSpec.from_manifest(read_manifest(version_dir))
         on_gpu = requested_providers(self.runtime)[0] != CPU
-        instances, threads = parallelism(self.runtime, self.batching, on_gpu)
+        b = self.batching
+        own = b if spec.instances is None else replace(b, instances=spec.instances)
+        instances, threads = parallelism(self.runtime, own, on_gpu)
+        config = effective_config(spec, b, instances)
         session = load_session(version_dir / "model.onnx", replace(self.runtime, intra_op_threads=threads))
         check_spec_matches(spec, session.session)
-        b = self.batching
-        max_batch = min(b.max_batch_size, spec.max_batch_size)
         started = time.perf_counter()
-        for sample in warmup_inputs(spec, max_batch, b.warmup_max_sequence):
-            session.run(sample)
+        sample = self._warm_up(spec, session, config.max_batch_size)
         warmup_s = time.perf_counter() - started
         observer = self._observer_factory(spec.name, spec.version, slot) if self._observer_factory else None
         batcher = Batcher(
             session.run,
             spec,
-            max_batch_size=max_batch,
-            max_queue_delay_s=b.max_queue_delay_ms / 1000 if b.enabled else 0.0,
-            max_queue_size=b.max_queue_size,
-            combine=b.enabled,
-            instances=instances,
+            max_batch_size=config.max_batch_size,
+            max_queue_delay_s=config.max_queue_delay_s,
+            max_queue_size=config.max_queue_size,
+            combine=config.combine,
+            preferred_batch_sizes=config.preferred_batch_sizes,
+            instances=config.instances,
             observer=observer,
             name=f"{spec.name}-{slot}",
         )
-        loaded = LoadedVersion(spec, slot, session, batcher, version_dir, warmup_s)
+        loaded = LoadedVersion(spec, slot, session, batcher, version_dir, config, warmup_s, sample)
         with self._lock:
             model = self._models.setdefault(spec.name, _Model())
             previous = model.slots.get(slot)
@@ -168,8 +186,27 @@ class Engine:
         )
         return loaded
 
+    def _warm_up(self, spec: ModelSpec, session: Session, max_batch: int) -> dict[str, np.ndarray] | None:
+        """Run the warm-up samples; return the smallest one that ran (None if none did)."""
+        declared = declared_warmup(spec)
+        for index, sample in enumerate(declared):
+            try:
+                session.run(sample)
+            except Exception as exc:  # ONNX Runtime raises its own exception types
+                raise ValueError(f"{spec.name} {spec.version}: declared warm-up sample {index} failed: {exc}") from None
+        ran = declared
+        if not declared:
+            ran = []
+            for sample in warmup_inputs(spec, max_batch, self.batching.warmup_max_sequence):
+                try:
+                    session.run(sample)
+                    ran.append(sample)
+                except Exception as exc:  # best effort: guessed inputs may be ones the model rightly refuses
+                    log.warning("%s %s: inferred warm-up input skipped: %s", spec.name, spec.version, exc)
+        return min(ran, key=lambda t: sum(a.size for a in t.values()), default=None)
+
     def unload(self, name: str, slot: str) -> None:
-        """Take a slot out of service, finishing what it accepted first."""
+        """Take a slot out of service, finishing what it accepted first; a model left with no slot is forgotten."""
         with self._lock:
             model = self._models.get(name)
             loaded = model.slots.pop(slot, None) if model else None
@@ -177,6 +214,8 @@ class Engine:
                 model.weights[slot] = 0
                 if model.shadow_slot == slot:
                     model.shadow_slot = None
+                if not model.slots:  # NOTE: else ready() would wait forever for a model nobody serves
+                    del self._models[name]
         if loaded is None:
             raise ModelNotFound(f"model '{name}' has nothing loaded in slot {slot}")
         loaded.batcher.close()
@@ -189,8 +228,9 @@ class Engine:
     ) -> BatchingSettings:
         """Change the batching limits for later loads and for every loaded version now; None keeps a limit.
 
-        Each loaded version's batcher gets the new limits at once (its batch size capped by the
-        model's own hint), so waiting executors apply them to what is already queued. Return the
+        Each loaded version's batcher gets the new limits at once, combined with the model's own
+        values as serving.modelconfig says (the engine's batch size caps a model's; a model's own
+        delay and queue size win), so waiting executors apply them to what is already queued. Return the
         settings now in force. Not meant to race `load` (the reconciler calls both, one at a time).
         """
         if max_batch_size is not None and max_batch_size < 1:
@@ -213,10 +253,12 @@ class Engine:
             loaded = [v for m in self._models.values() for v in m.slots.values()]
         refused = 0
         for version in loaded:
+            # A model's own delay and queue size stay; the engine's batch size caps its own.
+            version.config = config = effective_config(version.spec, b, version.config.instances)
             refused += version.batcher.reconfigure(
-                max_batch_size=min(b.max_batch_size, version.spec.max_batch_size),
-                max_queue_delay_s=b.max_queue_delay_ms / 1000 if b.enabled else 0.0,
-                max_queue_size=b.max_queue_size,
+                max_batch_size=config.max_batch_size,
+                max_queue_delay_s=config.max_queue_delay_s,
+                max_queue_size=config.max_queue_size,
             )
         log.info(
             "batching now max_batch_size=%d max_queue_delay_ms=%g max_queue_size=%d (%d loaded versions%s)",
@@ -324,9 +366,10 @@ class Engine:
         return self._draining
 
     def ready(self) -> bool:
-        """Return whether the server takes traffic: not draining and every model has a live slot."""
+        """Return whether the server takes traffic: not draining, something loaded, every loaded model live."""
         with self._lock:
-            return not self._draining and bool(self._models) and all(self._live(m) for m in self._models.values())
+            models = [m for m in self._models.values() if m.slots]
+            return not self._draining and bool(models) and all(self._live(m) for m in models)
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
         """Return whether a model (or one version of it) can take requests now."""
@@ -404,7 +447,7 @@ class Engine:
         unknown = [o for o in outputs or () if o not in known]
         if unknown:
             raise InvalidInput(f"unknown output(s) {unknown}; model has {known}")
-        default = self.batching.default_timeout_ms / 1000
+        default = loaded.config.default_timeout_s
         # A client may shorten its deadline, never lengthen it past the server's default.
         timeout = default if timeout_s is None else min(timeout_s, default)
         pending = loaded.batcher.submit(tensors, batch, seq_len, timeout)
@@ -484,8 +527,9 @@ class Engine:
         sessions = []
         for loaded in self.loaded():
             spec = loaded.spec
-            sample = warmup_inputs(spec, 1, spec.sequence_buckets[0] if spec.sequence_buckets else 1)[0]
-            report = loaded.session.shrink_arena(sample)
+            if loaded.sample is None:  # nothing known to run: shrinking would need a guessed input
+                continue
+            report = loaded.session.shrink_arena(loaded.sample)
             sessions.append({"model": spec.name, "version": spec.version, "slot": loaded.slot, **report})
         trimmed = trim_heap()
         after = reading()

@@ -6,7 +6,7 @@ A manifest's "golden" list holds samples shaped like
      "outputs": {"y": {"datatype": "FP32", "shape": [1, 4], "data": [...]}},
      "atol": 1e-4, "rtol": 1e-3}
 
-with `data` flat in row-major order. The registry checks them on the CPU before it stores a
+with `data` flat in row-major order (strings for BYTES; `"shape": []` for a scalar). The registry checks them on the CPU before it stores a
 version; the rollout reconciler checks them again once a version is loaded into a slot.
 """
 
@@ -36,6 +36,14 @@ def decode_tensor(entry: Mapping[str, Any]) -> np.ndarray:
         raise ValueError(f"shape must be a list of non-negative integers, not {shape!r}")
     data = entry.get("data")
     dtype = DATATYPES[datatype]
+    if dtype.kind == "O":
+        if not isinstance(data, list) or not all(isinstance(v, str) for v in data):
+            raise ValueError("data must be a flat list of strings for BYTES")
+        if len(data) != math.prod(shape):
+            raise ValueError(f"data holds {len(data)} values, shape {shape} needs {math.prod(shape)}")
+        strings = np.empty(len(data), dtype=object)
+        strings[:] = data
+        return strings.reshape(shape)
     # NOTE: numpy would turn None into NaN and truncate 1.5 to an integer 1; refuse both instead.
     allowed = (bool, int, float) if dtype.kind in "fc" else (bool, int)
     if not isinstance(data, list) or not all(type(v) in allowed for v in data):
@@ -55,7 +63,8 @@ def encode_tensor(array: np.ndarray) -> dict[str, Any]:
     names = {dtype: name for name, dtype in DATATYPES.items()}
     if array.dtype not in names:
         raise ValueError(f"unsupported numpy dtype {array.dtype}")
-    return {"datatype": names[array.dtype], "shape": list(array.shape), "data": array.reshape(-1).tolist()}
+    data = [str(v) for v in array.reshape(-1)] if array.dtype.kind == "O" else array.reshape(-1).tolist()
+    return {"datatype": names[array.dtype], "shape": list(array.shape), "data": data}
 
 
 def _samples(manifest_or_samples: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]]:
@@ -110,6 +119,12 @@ def _compare(name: str, want: np.ndarray, got: np.ndarray | None, atol: float, r
         close = got == want
     if close.all():
         return None
+    if want.dtype.kind == "O":
+        worst = int(np.argmin(close.reshape(-1)))
+        return (
+            f"output '{name}' differs at {int((~close).sum())} of {close.size} values (e.g. index {worst}: "
+            f"got {got.reshape(-1)[worst]!r:.60}, expected {want.reshape(-1)[worst]!r:.60})"
+        )
     diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
     worst = int(np.argmax(np.where(close, -np.inf, diff)))
     return (

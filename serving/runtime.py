@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,13 +92,17 @@ class Session:
         self.ledger.enabled = self.ledger.enabled and self.session.get_session_options().enable_cpu_mem_arena
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run one batch and return outputs by name."""
+        """Run one batch and return outputs by name; a failure raises ONNX Runtime's own exception."""
+        # NOTE: ONNX Runtime would log a failed run's message itself, values of every request in the
+        # batch included; the batcher logs failures once, per request, without other requests' data.
+        options = ort.RunOptions()
+        options.log_severity_level = 4
         with self._gate:
             while self._shrinking:
                 self._gate.wait()
             self._running += 1
         try:
-            values = self.ledger.run(shape_key(inputs), lambda: self.session.run(self.output_names, inputs))
+            values = self.ledger.run(shape_key(inputs), lambda: self.session.run(self.output_names, inputs, options))
         finally:
             with self._gate:
                 self._running -= 1
@@ -205,26 +210,77 @@ def check_spec_matches(spec: ModelSpec, session: ort.InferenceSession) -> None:
                 raise ValueError(f"{kind} '{t.name}' declared shape {list(t.shape)} but the graph has {list(g.shape)}")
 
 
-def warmup_inputs(spec: ModelSpec, max_batch: int, max_sequence: int) -> list[dict[str, np.ndarray]]:
-    """Return representative inputs: batch 1 and the largest batch, at each sequence bucket."""
+WARMUP_FILLS = ("zeros", "ones", "random")
+
+
+def fill_tensor(tensor: TensorSpec, shape: Sequence[int], fill: str, rng: np.random.Generator) -> np.ndarray:
+    """Return an array of `tensor`'s datatype and `shape` filled with zeros, ones or random values."""
+    if fill not in WARMUP_FILLS:
+        raise ValueError(f"fill must be one of {WARMUP_FILLS}, not {fill!r}")
+    shape = tuple(shape)
+    dtype = tensor.dtype
+    if dtype.kind == "O":  # BYTES: empty strings, "1", or short random digit strings
+        values = {"zeros": "", "ones": "1"}
+        array = np.empty(shape, dtype=object)
+        for index in np.ndindex(shape):
+            array[index] = values.get(fill) or str(rng.integers(0, 1000))
+        return array
+    if fill == "zeros":
+        return np.zeros(shape, dtype=dtype)
+    if fill == "ones":
+        return np.ones(shape, dtype=dtype)
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, shape).astype(dtype)
+    # Small non-negative integers: valid token ids, indices and masks alike.
+    return rng.integers(0, 2, shape).astype(dtype)
+
+
+def declared_warmup(spec: ModelSpec) -> list[dict[str, np.ndarray]]:
+    """Return the manifest's warm-up samples as inputs: each input's full shape and fill (zeros/ones/random).
+
+    A sample looks like {"inputs": {"image": {"shape": [1, 3, 224, 224], "fill": "random"}}}, with
+    "fill" defaulting to "zeros" and `count` (default 1) saying how often it runs, as Triton's model_warmup.
+    """
     rng = np.random.default_rng(0)
+    by_name = {t.name: t for t in spec.inputs}
+    samples = []
+    for sample in spec.warmup:
+        tensors = {
+            name: fill_tensor(by_name[name], entry["shape"], entry.get("fill", "zeros"), rng)
+            for name, entry in sample["inputs"].items()
+        }
+        samples.extend([tensors] * int(sample.get("count", 1)))
+    return samples
+
+
+def warmup_inputs(spec: ModelSpec, max_batch: int, max_sequence: int) -> list[dict[str, np.ndarray]]:
+    """Return inferred warm-up inputs: batch 1 and the largest batch, at each sequence bucket.
+
+    Only where the shapes are knowable: every dim fixed except the batch axis and a declared
+    sequence axis. Otherwise (an image model of any height and width) there is no inferred
+    warm-up, as in Triton, which warms up only what model_warmup declares.
+    """
+    rng = np.random.default_rng(0)
+    first = 1 if spec.batched else 0
+    for t in spec.inputs:
+        if any(d < 0 and axis != t.sequence_axis for axis, d in enumerate(t.shape) if axis >= first):
+            return []
     lengths = [b for b in spec.sequence_buckets if b <= max_sequence] or [min(max_sequence, 16)]
     if not spec.has_sequence_axis:
         lengths = [0]
-    batches = sorted({1, max_batch})
+    batches = sorted({1, max_batch}) if spec.batched else [0]
     samples = []
     for length in lengths:
         for batch in batches:
             tensors = {}
             for t in spec.inputs:
-                shape = [batch] + [length if axis == t.sequence_axis else max(d, 1) for axis, d in enumerate(t.shape)][
-                    1:
-                ]
-                if t.dtype.kind == "f":
-                    tensors[t.name] = rng.standard_normal(shape).astype(t.dtype)
-                else:
-                    # Ones are valid token ids and a full attention mask alike.
-                    tensors[t.name] = np.ones(shape, dtype=t.dtype)
+                shape = [length if axis == t.sequence_axis else d for axis, d in enumerate(t.shape)]
+                if spec.batched:
+                    shape[0] = batch
+                # Ones are valid token ids and a full attention mask alike.
+                tensors[t.name] = fill_tensor(t, shape, "random" if t.dtype.kind == "f" else "ones", rng)
             samples.append(tensors)
     return samples
 

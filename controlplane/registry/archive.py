@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 
-from controlplane.registry.checks import MANIFEST_FILE, MODEL_FILE, external_data_locations, manifest_from_graph
+from controlplane.registry.checks import MANIFEST_FILE, MODEL_FILE, external_data_locations
 from controlplane.registry.errors import InvalidArchive
+from controlplane.registry.graph_manifest import manifest_from_graph
 
 if TYPE_CHECKING:
     from controlplane.config import Settings
@@ -232,10 +233,13 @@ def build_archive(
     golden: list[dict] | None = None,
     description: str = "",
     metadata: Mapping[str, Any] | None = None,
+    batching: Mapping[str, Any] | None = None,
+    warmup: list[dict] | None = None,
 ) -> str:
     """Pack an ONNX file, its external data and a manifest derived from its graph; return the SHA-256.
 
-    `sequence_inputs` maps an input to its (sequence axis, pad value), e.g. {"input_ids": (1, 0)}.
+    `sequence_inputs` maps an input to its (sequence axis, pad value), e.g. {"input_ids": (1, 0)};
+    `batching` and `warmup` are passed to graph_manifest.manifest_from_graph.
     """
     onnx_path = Path(onnx_path)
     model = onnx.load(str(onnx_path), load_external_data=False)
@@ -249,6 +253,8 @@ def build_archive(
         golden=golden,
         description=description,
         metadata=metadata,
+        batching=batching,
+        warmup=warmup,
     )
     files = {MODEL_FILE: onnx_path}
     for tensor, location in external_data_locations(model):

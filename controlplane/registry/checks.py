@@ -8,18 +8,18 @@ the declared signature and runs the golden samples. Each failure is an InvalidAr
 from __future__ import annotations
 
 import json
+import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper
 
 from controlplane.registry.errors import InvalidArchive
 from serving.golden import check_golden, decode_tensor
-from serving.runtime import check_spec_matches, load_session, spec_from_session
+from serving.runtime import WARMUP_FILLS, check_spec_matches, declared_warmup, load_session, spec_from_session
 from serving.settings import RuntimeSettings
 from serving.tensors import DATATYPES, ModelSpec
 
@@ -32,11 +32,22 @@ MAX_MANIFEST_BYTES = 16 * 1024 * 1024
 MAX_GOLDEN_SAMPLES = 32
 MAX_DIM = 2**31 - 1
 
-_KEYS = {"name", "version", "platform", "inputs", "outputs", "batching", "golden", "metadata", "description"}
+_KEYS = {"name", "version", "platform", "inputs", "outputs", "batching", "golden", "warmup", "metadata", "description"}
 _REQUIRED = ("name", "version", "inputs", "outputs")
 _TENSOR_KEYS = {"name", "datatype", "shape", "sequence_axis", "pad_value"}
 _SAMPLE_KEYS = {"inputs", "outputs", "atol", "rtol"}
-_DATATYPE_OF = {dtype: name for name, dtype in DATATYPES.items()}
+_BATCHING_KEYS = {
+    "max_batch_size",
+    "sequence_buckets",
+    "preferred_batch_sizes",
+    "max_queue_delay_ms",
+    "max_queue_size",
+    "default_timeout_ms",
+    "instances",
+}
+MAX_WARMUP_SAMPLES = 8
+MAX_WARMUP_COUNT = 16
+MAX_WARMUP_VALUES = 2**24  # per tensor: a warm-up input is built in memory at every load
 
 
 def _fail(message: str) -> InvalidArchive:
@@ -91,38 +102,62 @@ def validate_manifest(data: Any) -> dict[str, Any]:
     if not isinstance(data.get("description", ""), str):
         raise _fail("description must be a string")
     max_batch, buckets = _check_batching(data.get("batching", {}))
-    inputs = _check_tensors(data["inputs"], "input")
-    outputs = _check_tensors(data["outputs"], "output")
+    inputs = _check_tensors(data["inputs"], "input", max_batch)
+    outputs = _check_tensors(data["outputs"], "output", max_batch)
     for kind, tensors in (("input", inputs), ("output", outputs)):
         for t in tensors:
-            if t["shape"][0] != -1 and not (t["shape"][0] == 1 and max_batch == 1):
+            # NOTE: with max_batch_size 0 (Triton's "no batch axis") a shape is the model's own, whole.
+            if max_batch and (not t["shape"] or (t["shape"][0] != -1 and not (t["shape"][0] == 1 and max_batch == 1))):
                 raise _fail(
                     f"{kind} '{t['name']}' must have a dynamic batch axis (-1 at axis 0), or 1 with "
-                    f"batching.max_batch_size 1; got shape {t['shape']}"
+                    f"batching.max_batch_size 1; got shape {t['shape']} (a model without a batch axis, "
+                    "or with scalars, declares batching.max_batch_size 0)"
                 )
     if buckets and not any("sequence_axis" in t for t in inputs):
         raise _fail("batching.sequence_buckets is set but no input has a sequence_axis")
     _check_golden(data.get("golden", []), inputs, outputs, max_batch)
+    _check_warmup(data.get("warmup", []), inputs, max_batch)
     return data
 
 
+def _increasing(values: Any) -> bool:
+    return (
+        isinstance(values, list)
+        and all(_is_int(b) and b >= 1 for b in values)
+        and all(a < b for a, b in zip(values, values[1:]))
+    )
+
+
 def _check_batching(batching: Any) -> tuple[int, list[int]]:
-    if not isinstance(batching, dict) or set(batching) - {"max_batch_size", "sequence_buckets"}:
-        raise _fail("batching must be an object with max_batch_size and/or sequence_buckets")
+    if not isinstance(batching, dict) or set(batching) - _BATCHING_KEYS:
+        raise _fail(f"batching must be an object with some of {sorted(_BATCHING_KEYS)}")
     max_batch = batching.get("max_batch_size", 32)
-    if not _is_int(max_batch) or not 1 <= max_batch <= 65536:
-        raise _fail(f"batching.max_batch_size must be an integer from 1 to 65536, not {max_batch!r}")
+    if not _is_int(max_batch) or not 0 <= max_batch <= 65536:
+        raise _fail(f"batching.max_batch_size must be an integer from 0 (no batch axis) to 65536, not {max_batch!r}")
     buckets = batching.get("sequence_buckets", [])
-    if (
-        not isinstance(buckets, list)
-        or not all(_is_int(b) and b >= 1 for b in buckets)
-        or any(a >= b for a, b in zip(buckets, buckets[1:]))
-    ):
+    if not _increasing(buckets):
         raise _fail(f"batching.sequence_buckets must be increasing positive integers, not {buckets!r}")
+    preferred = batching.get("preferred_batch_sizes", [])
+    if not _increasing(preferred) or any(b > max_batch for b in preferred):
+        raise _fail(
+            f"batching.preferred_batch_sizes must be increasing integers from 1 to max_batch_size {max_batch}, "
+            f"not {preferred!r}"
+        )
+    limits = (
+        ("max_queue_delay_ms", 0, 60_000, _is_number),
+        ("default_timeout_ms", 1, 3_600_000, _is_number),
+        ("max_queue_size", 1, 1_000_000, _is_int),
+        ("instances", 1, 64, _is_int),
+    )
+    for key, low, high, kind in limits:
+        value = batching.get(key)
+        if value is not None and (not kind(value) or not low <= value <= high):
+            what = "an integer" if kind is _is_int else "a number"
+            raise _fail(f"batching.{key} must be {what} from {low} to {high}, not {value!r}")
     return max_batch, buckets
 
 
-def _check_tensors(entries: Any, kind: str) -> list[dict[str, Any]]:
+def _check_tensors(entries: Any, kind: str, max_batch: int) -> list[dict[str, Any]]:
     if not isinstance(entries, list) or not entries:
         raise _fail(f"{kind}s must be a non-empty list")
     seen: set[str] = set()
@@ -141,27 +176,26 @@ def _check_tensors(entries: Any, kind: str) -> list[dict[str, Any]]:
         if not isinstance(entry["datatype"], str) or entry["datatype"] not in DATATYPES:
             raise _fail(f"{kind} '{name}' has datatype {entry['datatype']!r}; known: {sorted(DATATYPES)}")
         shape = entry["shape"]
-        if (
-            not isinstance(shape, list)
-            or not shape
-            or not all(_is_int(d) and (d == -1 or 1 <= d <= MAX_DIM) for d in shape)
-        ):
+        if not isinstance(shape, list) or not all(_is_int(d) and (d == -1 or 1 <= d <= MAX_DIM) for d in shape):
             raise _fail(
-                f"{kind} '{name}' shape must be a non-empty list of positive integers, -1 for a dynamic axis; got {shape!r}"
+                f"{kind} '{name}' shape must be a list of positive integers, -1 for a dynamic axis, [] for a "
+                f"scalar; got {shape!r}"
             )
-        _check_sequence(entry, kind)
+        _check_sequence(entry, kind, 1 if max_batch else 0)
     return entries
 
 
-def _check_sequence(entry: dict[str, Any], kind: str) -> None:
+def _check_sequence(entry: dict[str, Any], kind: str, first: int) -> None:
     name, shape = entry["name"], entry["shape"]
     axis = entry.get("sequence_axis")
     if axis is None:
         if "pad_value" in entry:
             raise _fail(f"{kind} '{name}' has a pad_value but no sequence_axis")
         return
-    if not _is_int(axis) or not 1 <= axis < len(shape):
-        raise _fail(f"{kind} '{name}' sequence_axis must be an axis from 1 to {len(shape) - 1}, not {axis!r}")
+    if entry["datatype"] == "BYTES":
+        raise _fail(f"{kind} '{name}' is BYTES and cannot have a sequence_axis (strings are not padded)")
+    if not _is_int(axis) or not first <= axis < len(shape):
+        raise _fail(f"{kind} '{name}' sequence_axis must be an axis from {first} to {len(shape) - 1}, not {axis!r}")
     if shape[axis] != -1:
         raise _fail(f"{kind} '{name}' sequence_axis {axis} must be a dynamic axis (-1), not {shape[axis]}")
     if kind == "output":
@@ -214,8 +248,46 @@ def _check_golden_tensor(where: str, entry: Any, declared: dict[str, Any], max_b
     shape = declared["shape"]
     if array.ndim != len(shape) or any(d >= 0 and a != d for a, d in zip(array.shape, shape)):
         raise _fail(f"{where} has shape {list(array.shape)}, declared {shape}")
-    if not 1 <= array.shape[0] <= max_batch:
+    if max_batch and not 1 <= array.shape[0] <= max_batch:
         raise _fail(f"{where} has batch {array.shape[0]}; it must be from 1 to batching.max_batch_size {max_batch}")
+
+
+def _check_warmup(samples: Any, inputs: list[dict], max_batch: int) -> None:
+    """Warm-up samples: {"inputs": {name: {"shape": [...], "fill": "zeros|ones|random"}}, "count": n}."""
+    if not isinstance(samples, list) or len(samples) > MAX_WARMUP_SAMPLES:
+        raise _fail(f"warmup must be a list of at most {MAX_WARMUP_SAMPLES} samples")
+    declared = {t["name"]: t for t in inputs}
+    for index, sample in enumerate(samples):
+        where = f"warmup sample {index}"
+        if (
+            not isinstance(sample, dict)
+            or set(sample) - {"inputs", "count"}
+            or not isinstance(sample.get("inputs"), dict)
+        ):
+            raise _fail(f"{where} must be an object with inputs (and optionally count)")
+        count = sample.get("count", 1)
+        if not _is_int(count) or not 1 <= count <= MAX_WARMUP_COUNT:
+            raise _fail(f"{where} count must be an integer from 1 to {MAX_WARMUP_COUNT}, not {count!r}")
+        if set(sample["inputs"]) != set(declared):
+            raise _fail(f"{where} inputs must be exactly {sorted(declared)}, got {sorted(sample['inputs'])!r:.200}")
+        for name, entry in sample["inputs"].items():
+            _check_warmup_tensor(f"{where} input '{name}'", entry, declared[name]["shape"], max_batch)
+
+
+def _check_warmup_tensor(where: str, entry: Any, shape: list[int], max_batch: int) -> None:
+    if not isinstance(entry, dict) or set(entry) - {"shape", "fill"} or "shape" not in entry:
+        raise _fail(f"{where} must be an object with shape (and optionally fill)")
+    if entry.get("fill", "zeros") not in WARMUP_FILLS:
+        raise _fail(f"{where} fill must be one of {list(WARMUP_FILLS)}, not {entry['fill']!r}")
+    dims = entry["shape"]
+    if not isinstance(dims, list) or not all(_is_int(d) and d >= 1 for d in dims):
+        raise _fail(f"{where} shape must be a list of positive integers, not {dims!r:.100}")
+    if len(dims) != len(shape) or any(d >= 0 and a != d for a, d in zip(dims, shape)):
+        raise _fail(f"{where} has shape {dims}, declared {shape}")
+    if max_batch and dims[0] > max_batch:
+        raise _fail(f"{where} has batch {dims[0]}, over batching.max_batch_size {max_batch}")
+    if math.prod(dims) > MAX_WARMUP_VALUES:
+        raise _fail(f"{where} has {math.prod(dims)} values, over the limit of {MAX_WARMUP_VALUES}")
 
 
 def external_data_locations(model: onnx.ModelProto) -> Iterator[tuple[str, str]]:
@@ -297,6 +369,11 @@ def check_model(folder: Path, manifest: dict[str, Any]) -> bool | None:
                     f"manifest.json does not match the graph: input '{t.name}' axis {axis} is declared dynamic "
                     f"but the graph fixes it to {actual}"
                 )
+    try:
+        for sample in declared_warmup(spec):
+            session.run(sample)
+    except Exception as exc:  # ONNX Runtime raises its own exception types
+        raise InvalidArchive(f"a declared warm-up sample fails to run: {_reason(exc, folder)}") from None
     if not manifest.get("golden"):
         return None
     failures = check_golden(manifest, session.run)
@@ -304,58 +381,3 @@ def check_model(folder: Path, manifest: dict[str, Any]) -> bool | None:
         more = f" (and {len(failures) - 3} more)" if len(failures) > 3 else ""
         raise InvalidArchive(f"golden samples do not match the model: {'; '.join(failures[:3])}{more}")
     return True
-
-
-def manifest_from_graph(
-    model: onnx.ModelProto,
-    *,
-    name: str,
-    version: str,
-    sequence_inputs: Mapping[str, tuple[int, float]],
-    max_batch_size: int | None = None,
-    sequence_buckets: Sequence[int] = (),
-    golden: list[dict] | None = None,
-    description: str = "",
-    metadata: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Derive a manifest from a graph's inputs and outputs plus the given hints; raise ValueError if impossible."""
-    initializers = {i.name for i in model.graph.initializer}
-    graph_inputs = [v for v in model.graph.input if v.name not in initializers]
-    unknown = sorted(set(sequence_inputs) - {v.name for v in graph_inputs})
-    if unknown:
-        raise ValueError(f"sequence input(s) {unknown} are not graph inputs {[v.name for v in graph_inputs]}")
-
-    def describe(value: onnx.ValueInfoProto) -> dict[str, Any]:
-        tensor = value.type.tensor_type
-        if not value.type.HasField("tensor_type") or not tensor.HasField("shape"):
-            raise ValueError(f"'{value.name}' is not a tensor with a declared shape")
-        try:
-            datatype = _DATATYPE_OF[np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type))]
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(f"'{value.name}' has ONNX element type {tensor.elem_type}, not a supported one") from None
-        shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else -1 for d in tensor.shape.dim]
-        entry: dict[str, Any] = {"name": value.name, "datatype": datatype, "shape": shape}
-        if value.name in sequence_inputs:
-            entry["sequence_axis"], entry["pad_value"] = sequence_inputs[value.name]
-        return entry
-
-    manifest: dict[str, Any] = {
-        "name": name,
-        "version": version,
-        "platform": PLATFORM,
-        "inputs": [describe(v) for v in graph_inputs],
-        "outputs": [describe(v) for v in model.graph.output],
-        "metadata": dict(metadata or {}),
-    }
-    batching: dict[str, Any] = {}
-    if max_batch_size is not None:
-        batching["max_batch_size"] = max_batch_size
-    if sequence_buckets:
-        batching["sequence_buckets"] = sorted(sequence_buckets)
-    if batching:
-        manifest["batching"] = batching
-    if description:
-        manifest["description"] = description
-    if golden:
-        manifest["golden"] = golden
-    return manifest

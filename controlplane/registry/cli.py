@@ -74,6 +74,28 @@ def _sequence_input(value: str) -> tuple[str, tuple[int, float]]:
         raise click.BadParameter(f"{value!r} is not NAME:AXIS:PAD, e.g. input_ids:1:0") from None
 
 
+def _int_list(value: str, flag: str) -> list[int]:
+    try:
+        return [int(b) for b in value.split(",") if b.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a list of integers", param_hint=flag) from None
+
+
+def _warmup_input(value: str) -> tuple[str, dict[str, Any]]:
+    """Parse NAME:DIMS[:FILL], e.g. image:1x3x224x224:random or sr::ones (empty DIMS: a scalar)."""
+    parts = value.split(":")
+    if len(parts) not in (2, 3) or not parts[0]:
+        raise click.BadParameter(f"{value!r} is not NAME:DIMS[:FILL], e.g. image:1x3x224x224:random")
+    try:
+        dims = [int(d) for d in parts[1].split("x")] if parts[1] else []
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: DIMS must be integers joined by x, e.g. 1x3x224x224") from None
+    entry: dict[str, Any] = {"shape": dims}
+    if len(parts) == 3:
+        entry["fill"] = parts[2]
+    return parts[0], entry
+
+
 @click.group()
 def registry() -> None:
     """Model registry: build, push, list, show and delete model versions."""
@@ -91,7 +113,26 @@ def registry() -> None:
     help="NAME:AXIS:PAD for an input padded along a sequence axis (repeatable), e.g. input_ids:1:0.",
 )
 @click.option("--sequence-buckets", default="", help="Comma-separated sequence lengths to pad to, e.g. 16,32,64.")
-@click.option("--max-batch", type=click.IntRange(min=1), help="Largest batch the model takes.")
+@click.option(
+    "--max-batch",
+    type=click.IntRange(min=0),
+    help="Largest batch the model takes; 0: no batch axis, each request runs alone. "
+    "Default: from the graph (0 unless every input and output has a dynamic first axis).",
+)
+@click.option("--max-queue-delay-ms", type=click.FloatRange(min=0), help="Longest wait for a batch to fill.")
+@click.option("--max-queue-size", type=click.IntRange(min=1), help="Samples waiting before new ones are refused.")
+@click.option("--preferred-batch-sizes", default="", help="Comma-separated batch sizes sent at once, e.g. 4,8.")
+@click.option("--instances", type=click.IntRange(min=1), help="Executor threads, each running its own batch.")
+@click.option(
+    "--default-timeout-ms", type=click.FloatRange(min=1), help="Request deadline unless the client's is shorter."
+)
+@click.option(
+    "--warmup-input",
+    "warmup_inputs",
+    multiple=True,
+    help="NAME:DIMS[:FILL] (repeatable; together one warm-up sample run at every load), e.g. "
+    "image:1x3x224x224:random or sr::ones for a scalar; FILL is zeros (default), ones or random.",
+)
 @click.option("--golden", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="JSON list of samples.")
 @click.option("--description", default="", help="One line about this version.")
 def build(
@@ -102,6 +143,12 @@ def build(
     sequence_inputs: tuple[str, ...],
     sequence_buckets: str,
     max_batch: int | None,
+    max_queue_delay_ms: float | None,
+    max_queue_size: int | None,
+    preferred_batch_sizes: str,
+    instances: int | None,
+    default_timeout_ms: float | None,
+    warmup_inputs: tuple[str, ...],
     golden: Path | None,
     description: str,
 ) -> None:
@@ -115,12 +162,15 @@ def build(
         except (OSError, ValueError) as exc:
             raise click.ClickException(f"cannot read {golden}: {exc}") from None
         samples = data.get("golden") if isinstance(data, dict) else data
-    try:
-        buckets = [int(b) for b in sequence_buckets.split(",") if b.strip()]
-    except ValueError:
-        raise click.BadParameter(
-            f"{sequence_buckets!r} is not a list of integers", param_hint="--sequence-buckets"
-        ) from None
+    buckets = _int_list(sequence_buckets, "--sequence-buckets")
+    batching = {
+        "max_queue_delay_ms": max_queue_delay_ms,
+        "max_queue_size": max_queue_size,
+        "preferred_batch_sizes": _int_list(preferred_batch_sizes, "--preferred-batch-sizes"),
+        "instances": instances,
+        "default_timeout_ms": default_timeout_ms,
+    }
+    warmup = [{"inputs": dict(_warmup_input(v) for v in warmup_inputs)}] if warmup_inputs else None
     try:
         digest = build_archive(
             onnx_file,
@@ -132,6 +182,8 @@ def build(
             sequence_buckets=buckets,
             golden=samples,
             description=description,
+            batching=batching,
+            warmup=warmup,
         )
     except (ValueError, OSError) as exc:
         raise click.ClickException(f"cannot build the archive: {exc}") from None

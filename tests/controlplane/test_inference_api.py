@@ -189,7 +189,19 @@ def test_model_config_for_mlp_reports_the_engines_batch_cap(client) -> None:
     assert config["max_batch_size"] == 32
     assert config["input"] == [{"name": "input", "data_type": "TYPE_FP32", "dims": [64]}]
     assert config["output"] == [{"name": "probabilities", "data_type": "TYPE_FP32", "dims": [10]}]
-    assert config["dynamic_batching"] == {"max_queue_delay_microseconds": 2000}
+    # The engine-wide values, since mlp's manifest sets none of its own (Triton's field names).
+    assert config["dynamic_batching"] == {
+        "preferred_batch_size": [],
+        "max_queue_delay_microseconds": 2000,
+        "default_queue_policy": {
+            "timeout_action": "REJECT",
+            "default_timeout_microseconds": 10_000_000,
+            "allow_timeout_override": True,
+            "max_queue_size": 128,
+        },
+    }
+    (group,) = config["instance_group"]
+    assert group["kind"] == "KIND_CPU" and group["count"] >= 1
     assert client.get(f"{MLP}/versions/1/config").get_json() == config
 
 
@@ -478,6 +490,8 @@ STATS_KEYS = {
     "batch_stats",
     "timeouts",
     "rejected",
+    "client_errors",
+    "bisect_runs",
     "queue_depth",
     "padding",
 }

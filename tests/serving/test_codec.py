@@ -428,7 +428,7 @@ def test_duplicate_input_names_are_refused() -> None:
     assert refused(json_body({"inputs": [entry, entry]})) == "input 'ids' is given twice"
 
 
-@pytest.mark.parametrize("datatype", ["FP8", "float32", "BYTES", None, 3])
+@pytest.mark.parametrize("datatype", ["FP8", "float32", "STRING", None, 3])
 def test_an_unknown_datatype_is_refused(datatype: object) -> None:
     message = refused(one_input(datatype=datatype))
     assert message.startswith(f"input 'x': unsupported datatype {datatype!r}")

@@ -246,7 +246,9 @@ def test_manifest_defaults_and_unsorted_buckets() -> None:
 def test_datatype_names_and_numpy_dtypes_correspond_both_ways() -> None:
     for name, dtype in DATATYPES.items():
         assert datatype_of(np.zeros(1, dtype=dtype)) == name
-    assert "BYTES" not in DATATYPES
+    # BYTES is ONNX Runtime's tensor(string): an object array of str.
+    assert DATATYPES["BYTES"] == np.dtype(object)
+    assert datatype_from_ort("tensor(string)") == "BYTES"
 
 
 @pytest.mark.parametrize(
@@ -255,3 +257,74 @@ def test_datatype_names_and_numpy_dtypes_correspond_both_ways() -> None:
 )
 def test_onnx_runtime_type_strings_translate(ort_type: str, datatype: str) -> None:
     assert datatype_from_ort(ort_type) == datatype
+
+
+# -- scalars, strings, models without a batch axis, per-model configuration ----------------------
+
+UNBATCHED = ModelSpec(
+    name="vad",
+    version="1",
+    inputs=(TensorSpec("state", "FP32", (2, -1, 8)), TensorSpec("sr", "INT64", ())),
+    outputs=(TensorSpec("count", "INT64", ()),),
+    max_batch_size=0,
+)
+WORDS = ModelSpec(name="words", version="1", inputs=(TensorSpec("text", "BYTES", (-1,)),), outputs=(), max_batch_size=4)
+
+
+def test_a_model_without_a_batch_axis_counts_each_request_as_one_sample() -> None:
+    assert not UNBATCHED.batched and WORDS.batched
+    # Axis 1 of state is free and no batch limit applies: 50 is fine.
+    assert UNBATCHED.check_inputs({"state": np.zeros((2, 50, 8), np.float32), "sr": np.array(8000)}) == (1, 0)
+    assert UNBATCHED.check_inputs({"state": np.zeros((2, 50, 8), np.float32), "sr": np.array(8000)}, 1) == (1, 0)
+
+
+def test_a_scalar_input_must_be_a_scalar() -> None:
+    state = np.zeros((2, 1, 8), np.float32)
+    message = refused(UNBATCHED, {"state": state, "sr": np.array([8000])})
+    assert message == "input 'sr' has shape [1], model expects rank 0 shape []"
+    message = refused(UNBATCHED, {"state": np.zeros((3, 1, 8), np.float32), "sr": np.array(8000)})
+    assert message == "input 'state' has shape [3, 1, 8], model expects [2, -1, 8] (axis 0 must be 2)"
+
+
+def test_string_inputs_are_object_arrays_of_str() -> None:
+    assert WORDS.check_inputs({"text": np.array(["a", "bé", ""], dtype=object)}) == (3, 0)
+    assert refused(WORDS, {"text": np.array(["a", b"b"], dtype=object)}) == (
+        "input 'text' is BYTES: every element must be a string"
+    )
+    assert refused(WORDS, {"text": np.array(["a"])}) == (
+        "input 'text' is a numpy <U1 array; BYTES takes an object array of str, and the model expects BYTES"
+    )
+    assert refused(WORDS, {"text": np.zeros(2, np.float32)}) == "input 'text' has datatype FP32, model expects BYTES"
+    assert refused(WORDS, {"text": np.array(list("abcde"), dtype=object)}) == (
+        "batch size 5 is over the limit of 4 for 'words'"
+    )
+
+
+def test_metadata_keeps_the_models_own_shape_and_config_drops_the_batch_axis_only_when_batching() -> None:
+    state, sr = UNBATCHED.inputs
+    assert sr.to_metadata() == {"name": "sr", "datatype": "INT64", "shape": []}
+    assert state.to_config(batched=False) == {"name": "state", "data_type": "TYPE_FP32", "dims": [2, -1, 8]}
+    assert WORDS.inputs[0].to_config(batched=True) == {"name": "text", "data_type": "TYPE_STRING", "dims": []}
+
+
+def test_a_manifests_own_batching_values_and_warm_up_are_read() -> None:
+    warmup = [{"inputs": {"input": {"shape": [2, 64], "fill": "ones"}}}]
+    manifest = {
+        **demo_manifest("mlp", "1"),
+        "batching": {
+            "max_batch_size": 16,
+            "max_queue_delay_ms": 5,
+            "max_queue_size": 40,
+            "preferred_batch_sizes": [8, 4],
+            "default_timeout_ms": 2500,
+            "instances": 2,
+        },
+        "warmup": warmup,
+    }
+    spec = ModelSpec.from_manifest(manifest)
+    assert (spec.max_batch_size, spec.max_queue_delay_ms, spec.max_queue_size) == (16, 5.0, 40)
+    assert (spec.preferred_batch_sizes, spec.default_timeout_ms, spec.instances) == ((4, 8), 2500.0, 2)
+    assert spec.warmup == tuple(warmup)
+    unset = ModelSpec.from_manifest(demo_manifest("mlp", "1"))
+    assert (unset.max_queue_delay_ms, unset.max_queue_size, unset.default_timeout_ms, unset.instances) == (None,) * 4
+    assert unset.preferred_batch_sizes == () and unset.warmup == ()

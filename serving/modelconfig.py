@@ -1,0 +1,114 @@
+"""A loaded model's effective serving configuration: its manifest's values over the engine-wide ones.
+
+How they combine (the runbook's `set_batching` changes the engine-wide values at run time):
+
+- max batch size: the smaller of the engine's and the model's; the engine's is a cap (a runbook
+  can shrink every batch at once), the model's is what its graph takes. A model with
+  `max_batch_size: 0` has no batch axis: every request runs alone, whatever the engine says.
+- queue delay, queue size, default timeout, instances: the model's own where its manifest sets
+  them, else the engine's (so `set_batching` moves only the models that did not choose).
+- preferred batch sizes: the model's, those over the effective max batch size dropped.
+- with batching switched off engine-wide, nothing is merged and nobody waits for a batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from serving.settings import BatchingSettings
+from serving.tensors import ModelSpec
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The values one loaded version's batcher and deadlines run with."""
+
+    combine: bool  # whether requests may be merged into one run
+    max_batch_size: int  # the batcher's limit in samples; 1 for a model without a batch axis
+    max_queue_delay_ms: float
+    max_queue_size: int
+    preferred_batch_sizes: tuple[int, ...]
+    default_timeout_ms: float
+    instances: int
+
+    @property
+    def max_queue_delay_s(self) -> float:
+        return self.max_queue_delay_ms / 1000
+
+    @property
+    def default_timeout_s(self) -> float:
+        return self.default_timeout_ms / 1000
+
+
+def effective_config(spec: ModelSpec, engine: BatchingSettings, instances: int) -> ModelConfig:
+    """Combine a model's own configuration with the engine-wide settings (see the module docstring)."""
+    combine = engine.enabled and spec.batched
+    max_batch = min(engine.max_batch_size, spec.max_batch_size) if spec.batched else 1
+    delay = engine.max_queue_delay_ms if spec.max_queue_delay_ms is None else spec.max_queue_delay_ms
+    return ModelConfig(
+        combine=combine,
+        max_batch_size=max_batch,
+        max_queue_delay_ms=delay if combine else 0.0,
+        max_queue_size=engine.max_queue_size if spec.max_queue_size is None else spec.max_queue_size,
+        preferred_batch_sizes=tuple(b for b in spec.preferred_batch_sizes if b <= max_batch) if combine else (),
+        default_timeout_ms=engine.default_timeout_ms if spec.default_timeout_ms is None else spec.default_timeout_ms,
+        instances=instances,
+    )
+
+
+def triton_config(spec: ModelSpec, config: ModelConfig, on_gpu: bool) -> dict[str, Any]:
+    """Render the effective configuration in the shape of Triton's model configuration (JSON)."""
+    result: dict[str, Any] = {
+        "name": spec.name,
+        "platform": spec.platform,
+        "backend": "onnxruntime",
+        # Triton's 0 means "no batch axis"; a batched model shows the limit it really runs with.
+        "max_batch_size": config.max_batch_size if spec.batched else 0,
+        "input": [t.to_config(spec.batched) for t in spec.inputs],
+        "output": [t.to_config(spec.batched) for t in spec.outputs],
+        "instance_group": [{"count": config.instances, "kind": "KIND_GPU" if on_gpu else "KIND_CPU"}],
+        "dynamic_batching": {
+            "preferred_batch_size": list(config.preferred_batch_sizes),
+            "max_queue_delay_microseconds": int(config.max_queue_delay_ms * 1000),
+            "default_queue_policy": {
+                "timeout_action": "REJECT",
+                "default_timeout_microseconds": int(config.default_timeout_ms * 1000),
+                "allow_timeout_override": True,
+                "max_queue_size": config.max_queue_size,
+            },
+        },
+    }
+    if not config.combine:
+        # NOTE: Triton has no dynamic batcher without merging; the queue policy still applies here,
+        # so it stays, with no preferred sizes and no delay.
+        result["dynamic_batching"]["preferred_batch_size"] = []
+    if spec.sequence_buckets:
+        result["parameters"] = {"sequence_buckets": {"string_value": ",".join(map(str, spec.sequence_buckets))}}
+    if spec.warmup:
+        result["model_warmup"] = [
+            {
+                "name": f"sample_{index}",
+                "count": int(sample.get("count", 1)),
+                "inputs": {
+                    name: {
+                        "data_type": "TYPE_" + _triton_type(spec, name),
+                        "dims": list(entry["shape"]),
+                        # Triton knows zero_data and random_data; "ones" is ours.
+                        _FILL_KEYS[entry.get("fill", "zeros")]: True,
+                    }
+                    for name, entry in sample["inputs"].items()
+                },
+            }
+            for index, sample in enumerate(spec.warmup)
+        ]
+    return result
+
+
+_FILL_KEYS = {"zeros": "zero_data", "random": "random_data", "ones": "ones_data"}
+
+
+def _triton_type(spec: ModelSpec, name: str) -> str:
+    """Return the Triton datatype name of one input."""
+    datatype = next(t.datatype for t in spec.inputs if t.name == name)
+    return "STRING" if datatype == "BYTES" else datatype
