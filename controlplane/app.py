@@ -8,7 +8,7 @@ from typing import Any
 
 from flask import Flask, Response, g
 
-from controlplane import console, dashboards_view, db, errors, inference_api, openapi, ops_api
+from controlplane import console, dashboards_view, db, errors, inference_api, openapi, ops_api, repository_api
 from controlplane.alerting import api as alerts_api
 from controlplane.auth import api as auth_api
 from controlplane.config import Settings, load_settings
@@ -30,6 +30,7 @@ def create_app(config: Mapping[str, Any] | None = None, services: Services | Non
     db.init_app(app)
     errors.register_handlers(app)
     app.register_blueprint(inference_api.bp)
+    app.register_blueprint(repository_api.bp)
     app.register_blueprint(ops_api.bp)
     app.register_blueprint(history_api.bp)
     app.register_blueprint(dashboards_view.bp)

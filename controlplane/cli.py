@@ -47,12 +47,11 @@ def serve(host: str | None, port: int | None, workers: int | None) -> None:
 
 @cli.command()
 def prepare() -> None:
-    """Make the data directory ready: demo models, schema, first admin, demo models in the registry."""
+    """Make the data directory ready: schema, first admin, an old model store and the demo models in the registry."""
     from controlplane.auth.bootstrap import ensure_initial_admin
     from controlplane.db import make_engine, session_factory
     from controlplane.migrate import upgrade
-    from controlplane.modelstore import prepare_home
-    from controlplane.registry.service import Registry
+    from controlplane.modelstore import prepare_home, prepare_store
 
     settings = _settings()
     prepare_home(settings)
@@ -60,7 +59,7 @@ def prepare() -> None:
     engine = make_engine(settings.sqlalchemy_url)
     sessions = session_factory(engine)
     password = ensure_initial_admin(sessions, settings)
-    Registry.for_settings(sessions, settings).register_store(settings.model_store)
+    prepare_store(settings, sessions)
     engine.dispose()
     if password:
         # NOTE: the file (mode 0600) holds the password; printing it would put it in captured logs.
@@ -86,22 +85,52 @@ def db_upgrade(revision: str) -> None:
 
 @cli.command("demo-models")
 def demo_models() -> None:
-    """Build the demo models into the model store (skips versions already there)."""
+    """Push the demo models into the registry (versions already there are skipped); deploy with `rollout deploy`."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from controlplane.db import make_engine, session_factory
+    from controlplane.modelstore import prepare_home
+    from controlplane.registry.service import Registry
+    from controlplane.rollout.cli import _audit
     from serving.demo_models import write_demo_models
 
     settings = _settings()
-    for folder in write_demo_models(settings.model_store):
-        click.echo(str(folder))
+    prepare_home(settings)
+    engine = make_engine(settings.sqlalchemy_url)
+    scratch = Path(tempfile.mkdtemp(prefix="demo-", dir=settings.home / "tmp"))
+    try:
+        write_demo_models(scratch)
+        registry = Registry.for_settings(session_factory(engine), settings)
+        for row, created in registry.register_store(scratch, "cli:demo-models", audit=_audit):
+            click.echo(f"{row.name} {row.version} {'pushed' if created else 'already there'}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        engine.dispose()
 
 
 @cli.command()
 def models() -> None:
-    """List the models and versions in the model store."""
-    from controlplane.modelstore import list_models, list_versions
+    """List the models in the registry with their versions, and which version each deployment serves."""
+    from sqlalchemy import select
 
-    store = _settings().model_store
-    for name in list_models(store):
-        click.echo(f"{name}: {', '.join(list_versions(store, name))}")
+    from controlplane.db import make_engine, session_factory
+    from controlplane.models import Deployment
+    from controlplane.registry.service import Registry
+
+    settings = _settings()
+    engine = make_engine(settings.sqlalchemy_url)
+    sessions = session_factory(engine)
+    versions: dict[str, list[str]] = {}
+    for row in Registry.for_settings(sessions, settings).list():
+        versions.setdefault(row.name, []).append(row.version)
+    with sessions() as session:
+        served = {d.model: d.version_in(d.stable_slot) for d in session.scalars(select(Deployment))}
+    engine.dispose()
+    for name, found in versions.items():
+        state = f"serves {served[name]}" if name in served else "not deployed"
+        click.echo(f"{name}: {', '.join(found)}  ({state})")
 
 
 @cli.command()

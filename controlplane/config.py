@@ -37,7 +37,7 @@ def _setting(default: Any, doc: str) -> Any:
 class Settings:
     """All of Flightdeck's settings. Environment names are FLIGHTDECK_ + the upper-cased field name."""
 
-    home: Path = _setting(Path(".flightdeck"), "Data directory holding the database, model store and logs.")
+    home: Path = _setting(Path(".flightdeck"), "Data directory holding the database, the model registry and logs.")
     env: str = _setting("development", "development or production; production refuses the default secret key.")
     secret_key: str = _setting(DEV_SECRET, "Secret for signing sessions; must be set in production.")
     database_url: str = _setting(
@@ -50,8 +50,12 @@ class Settings:
         0, "Request threads per worker (0: enough to hold every queue full plus running batches, see README)."
     )
     log_level: str = _setting("INFO", "Python log level.")
-    demo_models: bool = _setting(True, "Build the demo models (textcls, mlp) into the store at first start.")
-    load_models: str = _setting("", "Comma-separated models to load at start (empty: every model in the store).")
+    demo_models: bool = _setting(
+        True, "On a first start (empty registry, nothing deployed), push the demo models (textcls, mlp) and deploy v1."
+    )
+    load_models: str = _setting(
+        "", "Per-node filter: comma-separated deployed models this node serves (empty: every deployed model)."
+    )
     device: str = _setting("auto", "auto (CUDA when usable), cpu, or cuda.")
     gpu_device_id: int = _setting(0, "CUDA device index.")
     gpu_mem_limit_mb: int = _setting(0, "CUDA provider memory limit per session in MiB (0: no limit).")
@@ -134,10 +138,6 @@ class Settings:
     def sqlalchemy_url(self) -> str:
         """Return the database URL, defaulting to SQLite under the data directory."""
         return self.database_url or f"sqlite:///{(self.home / 'flightdeck.db').resolve()}"
-
-    @property
-    def model_store(self) -> Path:
-        return self.home / "models"
 
     @property
     def log_dir(self) -> Path:

@@ -1,62 +1,149 @@
-"""The on-disk model store: HOME/models/<name>/<version>/{model.onnx, manifest.json}."""
+"""The data directory's models: the registry (HOME/registry) is the one store served versions come from.
+
+At start the home is prepared once (by the gunicorn master's `prepare` child, or by `build_services`):
+an old home's `HOME/models/<name>/<version>/` folders are pushed into the registry and the folder is
+moved aside, and on a first start the demo models are pushed like any other archive, by the system
+actor, and deployed. Which models are served is then the `deployments` table, nothing on disk.
+"""
 
 from __future__ import annotations
 
+import logging
+import shutil
+import tempfile
 from pathlib import Path
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.config import Settings
-from serving.demo_models import write_demo_models
+
+log = logging.getLogger(__name__)
+
+LEGACY_STORE = "models"  # HOME/models: the store before the registry; read once, then moved aside
 
 
 def prepare_home(settings: Settings) -> None:
-    """Create the data directory and, on first start, the demo models."""
-    for folder in (settings.home, settings.model_store, settings.log_dir):
+    """Create the data directory and its log and scratch folders."""
+    for folder in (settings.home, settings.log_dir, settings.home / "tmp"):
         folder.mkdir(parents=True, exist_ok=True)
-    if settings.demo_models:
-        write_demo_models(settings.model_store)
 
 
-def _version_key(version: str) -> tuple[int, int | str]:
+def version_key(version: str) -> tuple[int, int | str]:
+    """Sort key for versions: numeric ones in number order, before any other."""
     return (0, int(version)) if version.isdigit() else (1, version)
 
 
 def list_versions(store: Path, name: str) -> list[str]:
-    """Return a model's versions in the store, oldest first (numeric order where numeric)."""
+    """Return a model's complete version folders in a plain store, oldest first (numeric order where numeric)."""
     folder = store / name
     if not folder.is_dir():
         return []
     found = [d.name for d in folder.iterdir() if (d / "model.onnx").is_file() and (d / "manifest.json").is_file()]
-    return sorted(found, key=_version_key)
+    return sorted(found, key=version_key)
 
 
 def list_models(store: Path) -> list[str]:
-    """Return the names of models with at least one complete version."""
+    """Return the names of models with at least one complete version folder in a plain store."""
     if not store.is_dir():
         return []
     return sorted(d.name for d in store.iterdir() if d.is_dir() and list_versions(store, d.name))
 
 
-def startup_versions(store: Path, only: str = "") -> dict[str, Path]:
-    """Return the version directory to load into blue for each model at start: its first version."""
-    wanted = [n.strip() for n in only.split(",") if n.strip()] or list_models(store)
-    chosen = {}
-    for name in wanted:
-        versions = list_versions(store, name)
-        if not versions:
-            raise FileNotFoundError(f"model '{name}' has no complete version under {store / name}")
-        chosen[name] = store / name / versions[0]
-    return chosen
+def _first_versions(store: Path) -> dict[str, str]:
+    return {name: list_versions(store, name)[0] for name in list_models(store)}
+
+
+def _move_aside(folder: Path) -> Path:
+    """Rename `folder` to the first free `<name>.migrated[-N]` beside it, so it is never read again."""
+    target = folder.with_name(f"{folder.name}.migrated")
+    n = 1
+    while target.exists():
+        n += 1
+        target = folder.with_name(f"{folder.name}.migrated-{n}")
+    folder.rename(target)
+    return target
+
+
+def _nothing_stored(sessions: sessionmaker[Session]) -> bool:
+    """Return whether the registry is empty and nothing is deployed: a first start."""
+    from controlplane.models import Deployment, ModelVersion
+
+    with sessions() as session:
+        version = session.scalars(select(ModelVersion.id).limit(1)).first()
+        deployment = session.scalars(select(Deployment.model).limit(1)).first()
+    return version is None and deployment is None
+
+
+def _deploy_first(sessions: sessionmaker[Session], versions: dict[str, str]) -> list[str]:
+    """Create a deployment (version in blue, all traffic) for each model that has none; audited as the system."""
+    from controlplane.rollout.audit import system_audit
+    from controlplane.rollout.deployments import ensure_deployments
+
+    with sessions() as session, session.begin():
+        return ensure_deployments(session, versions, audit=system_audit)
+
+
+def migrate_legacy_store(settings: Settings, sessions: sessionmaker[Session]) -> list[str]:
+    """Push every complete version under HOME/models into the registry once, then move the folder aside.
+
+    A home that was never started (no deployments yet) then serves each migrated model's first
+    version, as it would have before; otherwise the deployments table already says what is served.
+    A version that fails the registry's checks is logged and left in the moved folder. Return the
+    models migrated.
+    """
+    from controlplane.registry.service import Registry
+    from controlplane.rollout.audit import system_audit
+
+    store = settings.home / LEGACY_STORE
+    if not store.is_dir():
+        return []
+    first = _first_versions(store)
+    fresh = _nothing_stored(sessions)
+    pushed = Registry.for_settings(sessions, settings).register_store(store, audit=system_audit)
+    stored = {(row.name, row.version) for row, _ in pushed}
+    moved = _move_aside(store)
+    log.info("migrated %d version(s) from %s into the registry; the folder is now %s", len(stored), store, moved)
+    if fresh:
+        _deploy_first(sessions, {name: v for name, v in first.items() if (name, v) in stored})
+    return sorted({name for name, _ in stored})
+
+
+def seed_demo_models(settings: Settings, sessions: sessionmaker[Session], built: Path | None = None) -> list[str]:
+    """On a first start (nothing in the registry, nothing deployed), push the demo models and deploy each one's v1.
+
+    `built`: a folder where the demo models were already written (the tests build them once);
+    by default they are written to a scratch folder under HOME/tmp and removed after the push.
+    """
+    from controlplane.registry.service import Registry
+    from controlplane.rollout.audit import system_audit
+    from serving.demo_models import write_demo_models
+
+    if not settings.demo_models or not _nothing_stored(sessions):
+        return []
+    scratch = Path(tempfile.mkdtemp(prefix="demo-", dir=settings.home / "tmp"))
+    try:
+        source = built or scratch
+        if built is None:
+            write_demo_models(scratch)
+        first = _first_versions(source)
+        pushed = Registry.for_settings(sessions, settings).register_store(source, audit=system_audit)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    stored = {(row.name, row.version) for row, _ in pushed}
+    return _deploy_first(sessions, {name: v for name, v in first.items() if (name, v) in stored})
+
+
+def prepare_store(settings: Settings, sessions: sessionmaker[Session]) -> None:
+    """Bring the registry up to date at start: migrate an old HOME/models, then the demo models on a first start."""
+    prepare_home(settings)
+    migrate_legacy_store(settings, sessions)
+    seed_demo_models(settings, sessions)
 
 
 def version_folder(settings: Settings, sessions: sessionmaker[Session], name: str, version: str) -> Path:
-    """Return a version's folder: from the registry, else the plain model store (the demo models)."""
-    from controlplane.errors import NotFound
+    """Return a registry version's folder (model.onnx, manifest.json); NotFound if the registry lacks it."""
     from controlplane.registry.service import Registry
 
     registry = Registry.for_settings(sessions, settings)
-    try:
-        return registry.folder(registry.get(name, version))
-    except NotFound:
-        return settings.model_store / name / version
+    return registry.folder(registry.get(name, version))

@@ -393,7 +393,11 @@ PATHS: dict[str, dict[str, Any]] = {
     },
     "/api/models/{name}/deploy": {
         "post": {
-            "summary": "Start a rollout: load into the idle slot, verify, then canary steps or a blue-green switch",
+            "summary": (
+                "Start a rollout: load into the idle slot, verify, then canary steps or a blue-green switch. "
+                "For a model not deployed yet, a first deploy: the version goes into blue with all traffic and each "
+                "process serves it once loaded and its golden samples pass (202 with first_deploy: true)"
+            ),
             "parameters": [_path("name", "Model name")],
             "requestBody": _json_body(
                 {
@@ -410,6 +414,19 @@ PATHS: dict[str, dict[str, Any]] = {
                 }
             ),
             "responses": {"202": _ok("The rollout"), "400": _BAD, **_AUTH, "404": _ERR, "409": _ERR},
+        }
+    },
+    "/api/models/{name}/undeploy": {
+        "post": {
+            "summary": "Stop serving a model: its desired state goes and every process unloads it; its versions stay",
+            "security": _SECURED,
+            "parameters": [_path("name", "Model name")],
+            "responses": {
+                "200": _ok("What was undeployed"),
+                **_AUTH,
+                "404": {**_ERR, "description": "The model is not deployed"},
+                "409": {**_ERR, "description": "A rollout of the model is in progress: abort or roll it back first"},
+            },
         }
     },
     "/api/models/{name}/rollback": {

@@ -14,7 +14,6 @@ from datetime import timedelta
 from pathlib import Path
 
 from sqlalchemy import Engine as DbEngine
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from alerts.rules import LIVE_METRICS, Rule, load_rules
@@ -27,10 +26,10 @@ from controlplane.history.query import METRICS
 from controlplane.history.retention import apply_retention
 from controlplane.history.sampler import HistorySampler
 from controlplane.history.service import HistoryService
-from controlplane.modelstore import prepare_home, startup_versions, version_folder
+from controlplane.modelstore import prepare_store, version_folder
 from controlplane.rollout.audit import system_audit
 from controlplane.rollout.reconciler import Reconciler
-from controlplane.rollout.service import ensure_deployments, tick
+from controlplane.rollout.service import tick
 from controlplane.runbooks.automatic import alert_runner
 from controlplane.runbooks.runner import RunbookRunner, build_runner
 from controlplane.scheduler import LeaderScheduler, utcnow
@@ -108,17 +107,13 @@ def load_alert_rules(settings: Settings) -> list[Rule]:
 def build_services(settings: Settings, *, start_scheduler: bool | None = None) -> Services:
     """Build and start every long-lived part of one serving process."""
     check_single_distribution()
-    prepare_home(settings)
     engine = Engine(settings.runtime, settings.batching_settings, observer_factory=metrics.SlotMetrics)
     db = make_engine(settings.sqlalchemy_url)
     sessions = session_factory(db)
+    # NOTE: under gunicorn the master's `prepare` child already did this, so each worker finds nothing to do.
+    prepare_store(settings, sessions)
     process = f"{socket.gethostname()}:{os.getpid()}"
-    served = startup_versions(settings.model_store, settings.load_models)
-    try:
-        with sessions() as session, session.begin():
-            ensure_deployments(session, {name: folder.name for name, folder in served.items()})
-    except IntegrityError:
-        pass  # NOTE: another worker starting at the same moment wrote them first; theirs stand
+    only = {name.strip() for name in settings.load_models.split(",") if name.strip()}
 
     def locate(name: str, version: str) -> Path:
         return version_folder(settings, sessions, name, version)
@@ -132,7 +127,7 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         locate,
         process,
         poll_s=settings.reconcile_poll_ms / 1000,
-        models=set(served),
+        models=only or None,  # the served set is the deployments table; this node may take part of it
         on_loaded=published,
     )
     reconciler.start()  # the first pass is synchronous: the models are loaded before the app serves

@@ -378,13 +378,16 @@ class Registry:
         log.info("registry: %s deleted %s version %s (sha256 %s)", actor, name, version, row.sha256)
         return row
 
-    # -- the on-disk model store ---------------------------------------------------------
+    # -- a plain folder store (an old HOME/models, the demo models) ---------------------------------------------------------
 
-    def register_store(self, store_dir: Path, actor: str = "system:model-store") -> list[tuple[ModelVersion, bool]]:
-        """Push every version in a model store (HOME/models/<name>/<version>/) not yet in the registry.
+    def register_store(
+        self, store_dir: Path, actor: str = "system:model-store", audit: Audit | None = None
+    ) -> list[tuple[ModelVersion, bool]]:
+        """Push every version in a plain store (<name>/<version>/ folders) not yet in the registry.
 
-        Each is packed with its manifest as it stands; a version that fails validation is logged and
-        skipped. Safe to run at every start: versions already registered are not packed again.
+        Each is packed with its manifest as it stands and pushed like any archive (same checks, and
+        `audit` records it); a version that fails validation is logged and skipped. Versions already
+        registered are not packed again.
         """
         results = []
         self.tmp.mkdir(parents=True, exist_ok=True)
@@ -400,8 +403,8 @@ class Registry:
                 try:
                     archive = work / ARCHIVE_FILE
                     pack_archive(archive, read_store_manifest(source), _store_files(source))
-                    results.append(self.push(archive, actor))
-                except (InvalidArchive, Conflict, ValueError, OSError) as exc:
+                    results.append(self.push(archive, actor, audit=audit))
+                except (ApiError, ValueError, OSError) as exc:
                     log.warning("registry: skipped %s version %s from %s: %s", name, version, source, exc)
                 finally:
                     shutil.rmtree(work, ignore_errors=True)

@@ -13,7 +13,7 @@ from controlplane.auth.audit import refusals_recorded
 from controlplane.db import get_db
 from controlplane.errors import ApiError, NotFound
 from controlplane.models import Deployment, EngineDesired, EngineStatus, Rollout, RolloutMeasurement, SlotStatus
-from controlplane.rollout import service
+from controlplane.rollout import deployments, service
 
 bp = Blueprint("rollouts", __name__, url_prefix="/api")
 
@@ -83,7 +83,7 @@ def _committed(session: Session) -> None:
 @bp.post("/models/<name>/deploy")
 @require_role(Role.OPERATOR, action="rollout.start")
 def deploy(name: str) -> tuple[Response, int]:
-    """Start a rollout of a version: canary (steps with analysis) or bluegreen (verify, then switch)."""
+    """Start a rollout of a version (canary or bluegreen), or serve a model that is not deployed yet (first deploy)."""
     body = _body()
     version = body.get("version")
     if not isinstance(version, str) or not version:
@@ -92,6 +92,11 @@ def deploy(name: str) -> tuple[Response, int]:
         raise NotFound(f"model '{name}' has no version {version}; push it to the registry first")
     session = get_db()
     _services().reconciler.forget_failures(name)  # a person asked again: a failed version may retry
+    if session.get(Deployment, name) is None:
+        with _refusals_recorded(session, "model.deploy", f"{name}:{version}"):
+            created = deployments.first_deploy(session, name, version, _audit)
+        _committed(session)
+        return jsonify(deployments.deployment_json(created, "loading")), 202
     with _refusals_recorded(session, "rollout.start", f"{name}:{version}"):
         rollout = service.deploy(
             session, name, version, current_actor().name, _audit,
@@ -100,6 +105,17 @@ def deploy(name: str) -> tuple[Response, int]:
         )  # fmt: skip
     _committed(session)
     return jsonify(rollout_json(rollout)), 202
+
+
+@bp.post("/models/<name>/undeploy")
+@require_role(Role.OPERATOR, action="model.undeploy")
+def undeploy(name: str) -> Response:
+    """Stop serving a model: its desired state goes and every process unloads it (its versions stay)."""
+    session = get_db()
+    with _refusals_recorded(session, "model.undeploy", name):
+        result = deployments.undeploy(session, name, _audit)
+    _committed(session)
+    return jsonify(result)
 
 
 @bp.post("/rollouts/<int:rollout_id>/<action>")

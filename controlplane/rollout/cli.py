@@ -44,8 +44,9 @@ def rollout() -> None:
 def deploy(
     model: str, version: str, strategy: str, steps: str | None, pause_s: float | None, policy: str | None
 ) -> None:
-    """Start rolling MODEL out to VERSION."""
-    from controlplane.rollout import service
+    """Start rolling MODEL out to VERSION (or, for a model not deployed yet, start serving VERSION)."""
+    from controlplane.models import Deployment
+    from controlplane.rollout import deployments, service
 
     try:
         parsed_steps = [int(s) for s in steps.split(",")] if steps else None
@@ -58,6 +59,12 @@ def deploy(
         sessions = sessionmaker(session.get_bind())
         if not (version_folder(_settings(), sessions, model, version) / "model.onnx").is_file():
             raise click.ClickException(f"model '{model}' has no version {version}; push it to the registry first")
+        if session.get(Deployment, model) is None:  # never served: a first deploy, like the API's
+            with refusals_recorded(session, cli_actor(), "model.deploy", f"{model}:{version}"):
+                deployments.first_deploy(session, model, version, _audit)
+            session.commit()
+            click.echo(f"{model}: first deploy of version {version}; each process serves it once loaded and verified")
+            return
         with refusals_recorded(session, cli_actor(), "rollout.start", f"{model}:{version}"):
             created = service.deploy(
                 session, model, version, f"cli:{cli_actor().name}", _audit, strategy=strategy, steps=parsed_steps,
@@ -65,6 +72,21 @@ def deploy(
             )  # fmt: skip
         session.commit()
         click.echo(f"rollout {created.id}: {model} {created.from_version} -> {version} ({strategy}), {created.state}")
+
+
+@rollout.command("undeploy")
+@click.argument("model")
+@click.confirmation_option(prompt="Every serving process stops serving this model. Continue?")
+def undeploy(model: str) -> None:
+    """Stop serving MODEL everywhere (its versions stay in the registry)."""
+    from controlplane.rollout import deployments
+
+    with _database() as session:
+        with refusals_recorded(session, cli_actor(), "model.undeploy", model):
+            result = deployments.undeploy(session, model, _audit)
+        session.commit()
+    held = ", ".join(f"{slot} v{version}" for slot, version in result["versions"].items())
+    click.echo(f"{model}: undeployed ({held}); every serving process unloads it")
 
 
 @rollout.command("rollback")

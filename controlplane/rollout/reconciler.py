@@ -49,9 +49,11 @@ class Reconciler:
         self._locate = locate
         self._process = process
         self._poll_s = poll_s
-        self._models = models  # None: every deployment; else only these (FLIGHTDECK_LOAD_MODELS)
+        self._models = models  # None: every deployment; else only these on this node (FLIGHTDECK_LOAD_MODELS)
         self._on_loaded = on_loaded
-        self._applied: dict[str, int] = {}
+        # model -> (generation, updated_at) last applied. NOTE: updated_at too, because an undeploy and a new
+        # first deploy between two polls restart the generation at 1, which alone could look already applied.
+        self._applied: dict[str, tuple[int, object]] = {}
         self._failed: dict[tuple[str, str, str], str] = {}  # (model, slot, version) -> why; not retried by itself
         self._reloads: dict[tuple[str, str], int] = {}  # (model, slot) -> reload counter last seen
         # Engine-wide desired state: what this process applied, and what it last wrote to engine_status.
@@ -68,6 +70,11 @@ class Reconciler:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    @property
+    def process(self) -> str:
+        """Return the name this process reports under in slot_status and engine_status."""
+        return self._process
 
     def wake(self) -> None:
         """Ask for a pass now (called after this process wrote desired state)."""
@@ -103,24 +110,37 @@ class Reconciler:
                 log.exception("reconcile pass failed; retrying on the next poll")
 
     def reconcile(self) -> int:
-        """Apply engine-wide changes and every deployment whose generation changed; return how many deployments."""
+        """Apply engine-wide changes, every deployment that changed, and every removal; return how many models."""
         with self._lock, self._sessions() as session:
             engine_desired = session.get(EngineDesired, 1)
             self._apply_batching(engine_desired)
             deployments = [
                 d for d in session.scalars(select(Deployment)) if self._models is None or d.model in self._models
             ]
-            changed = [d for d in deployments if self._applied.get(d.model) != d.generation]
+            gone = sorted(set(self._applied) - {d.model for d in deployments})
+            for model in gone:
+                self._remove(session, model)
+            changed = [d for d in deployments if self._applied.get(d.model) != (d.generation, d.updated_at)]
             for deployment in changed:
                 self._converge(session, deployment)
-                self._applied[deployment.model] = deployment.generation
+                self._applied[deployment.model] = (deployment.generation, deployment.updated_at)
             self._apply_compaction(engine_desired)
             reported = self._report(session)
-            if changed or reported is not None:
+            if changed or gone or reported is not None:
                 session.commit()
             if reported is not None:
                 self._reported, self._reported_at = reported, time.monotonic()
-            return len(changed)
+            return len(changed) + len(gone)
+
+    def _remove(self, session: Session, model: str) -> None:
+        """Unload a model whose desired state is gone (undeployed), finishing what it accepted, and forget it."""
+        for loaded in self._engine.loaded(model):
+            self._engine.unload(model, loaded.slot)
+        session.execute(delete(SlotStatus).where(SlotStatus.process == self._process, SlotStatus.model == model))
+        self._applied.pop(model, None)
+        self._reloads = {k: v for k, v in self._reloads.items() if k[0] != model}
+        self._failed = {k: v for k, v in self._failed.items() if k[0] != model}
+        log.info("unloaded %s: it is no longer deployed", model)
 
     # -- engine-wide desired state -------------------------------------------------------
 

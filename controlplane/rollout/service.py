@@ -82,18 +82,6 @@ def deployed_check(sessions: sessionmaker[Session]) -> Callable[[str, str], bool
     return deployed
 
 
-def ensure_deployments(session: Session, first_versions: dict[str, str], now: datetime | None = None) -> int:
-    """Give every model without desired state one: its given version in blue, all traffic. Return how many."""
-    now = now or utcnow()
-    existing = set(session.scalars(select(Deployment.model)))
-    created = 0
-    for model, version in first_versions.items():
-        if model not in existing:
-            session.add(Deployment(model=model, blue_version=version, blue_weight=100, green_weight=0, updated_at=now))
-            created += 1
-    return created
-
-
 def deploy(
     session: Session,
     model: str,
@@ -113,7 +101,7 @@ def deploy(
     now = now or utcnow()
     deployment = session.get(Deployment, model)
     if deployment is None:
-        raise NotFound(f"model '{model}' has no deployment; push a version and start the server first")
+        raise NotFound(f"model '{model}' is not deployed; its first deploy goes through first_deploy")
     if active_rollout(session, model) is not None:
         raise Conflict(f"model '{model}' already has a rollout in progress; promote, abort or roll it back first")
     stable = deployment.version_in(deployment.stable_slot)

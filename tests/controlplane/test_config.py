@@ -17,7 +17,7 @@ def test_defaults_are_embedded_sqlite_under_home_on_the_loopback() -> None:
     assert settings.sqlalchemy_url.startswith("sqlite:///") and settings.sqlalchemy_url.endswith(
         ".flightdeck/flightdeck.db"
     )
-    assert settings.model_store == Path(".flightdeck/models")
+    assert settings.home == Path(".flightdeck") and settings.log_dir == Path(".flightdeck/logs")
 
 
 def test_environment_is_typed_and_overrides_win(tmp_path: Path) -> None:

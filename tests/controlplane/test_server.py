@@ -91,3 +91,34 @@ def test_metrics_add_up_across_workers_and_one_process_leads_the_scheduler(home:
         assert len(holders) == 1
     finally:
         assert server.stop() == 0
+
+
+def test_a_first_start_pushes_the_demo_models_through_the_registry_and_a_restart_serves_the_same(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "fresh"
+    env = {"FLIGHTDECK_DEMO_MODELS": "true", "FLIGHTDECK_LOAD_MODELS": "mlp", "FLIGHTDECK_WARMUP_MAX_SEQUENCE": "16"}
+    server = start_server(home, env)  # the master's `prepare` child pushes them; ONNX Runtime stays out of the master
+    try:
+        assert server.get("/v2/models/mlp/ready")[0] == 200
+    finally:
+        assert server.stop() == 0
+    with sqlite3.connect(home / "flightdeck.db") as db:
+        versions = db.execute(
+            "SELECT name, version, pushed_by, golden_passed FROM model_versions ORDER BY id"
+        ).fetchall()
+        deployed = db.execute("SELECT model, blue_version, blue_weight FROM deployments ORDER BY model").fetchall()
+        audit = db.execute(
+            "SELECT actor, action, outcome FROM audit_events WHERE actor = 'system' AND action LIKE 'model.%'"
+        ).fetchall()
+    assert versions == [(m, v, "system:model-store", 1) for m in ("mlp", "textcls") for v in ("1", "2")]
+    assert deployed == [("mlp", "1", 100), ("textcls", "1", 100)]
+    assert sorted(audit) == sorted([("system", "model.push", "ok")] * 4 + [("system", "model.deploy", "ok")] * 2)
+    assert not (home / "models").exists() and list((home / "tmp").iterdir()) == []
+    again = start_server(home, env)
+    try:
+        assert again.get("/v2/models/mlp/ready")[0] == 200
+    finally:
+        assert again.stop() == 0
+    with sqlite3.connect(home / "flightdeck.db") as db:
+        assert db.execute("SELECT count(*) FROM model_versions").fetchone() == (4,)

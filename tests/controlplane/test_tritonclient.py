@@ -2,26 +2,29 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import pytest
+import requests
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import link_store
-from tests.servers import Server, start_server
+from tests.conftest import copy_home
+from tests.servers import Server, start_server, wait_until
+from tests.signature_models import strings_reference, vad_reference, write_strings, write_vad
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def triton_server(tmp_path_factory: pytest.TempPathFactory, demo_store: Path) -> Iterator[Server]:
+def triton_server(tmp_path_factory: pytest.TempPathFactory, template_home: Path) -> Iterator[Server]:
     """One server for the module: start-up (gunicorn, model loads, warm-up) is paid once."""
     home = tmp_path_factory.mktemp("tritonclient") / "home"
-    link_store(demo_store, home)
+    copy_home(template_home, home)
     server = start_server(home, env={"FLIGHTDECK_SCHEDULER": "false", "FLIGHTDECK_WARMUP_MAX_SEQUENCE": "16"})
     yield server
     server.stop()
@@ -176,3 +179,76 @@ def test_a_bad_input_raises_with_the_servers_message(triton) -> None:
         triton.infer("mlp", [mlp_input(x, binary=True)])
     assert info.value.status() == "400"
     assert "axis 1 must be 64" in info.value.message()
+
+
+# -- models with strings and scalars, pushed and deployed on the running server ------------------
+
+
+@pytest.fixture(scope="module")
+def signature_models(triton_server: Server, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """Push the strings (BYTES) and vad (scalar, no batch axis) models through the API and deploy them."""
+    from controlplane.registry.archive import pack_archive
+    from controlplane.rollout.bench import operator_token
+
+    headers = {"Authorization": f"Bearer {operator_token(triton_server.home)}"}
+    builds = tmp_path_factory.mktemp("signature-archives")
+    names = []
+    for write in (write_strings, write_vad):
+        folder = write(builds / write.__name__)
+        manifest = json.loads((folder / "manifest.json").read_text())
+        archive = builds / f"{manifest['name']}.tar.gz"
+        pack_archive(archive, manifest, {"model.onnx": folder / "model.onnx"})
+        with archive.open("rb") as upload:
+            pushed = requests.post(
+                f"{triton_server.url}/api/models",
+                headers=headers,
+                files={"archive": (archive.name, upload)},
+                timeout=60,
+            )
+        assert pushed.status_code == 201, pushed.text
+        deployed = requests.post(
+            f"{triton_server.url}/api/models/{manifest['name']}/deploy",
+            headers=headers,
+            json={"version": "1"},
+            timeout=60,
+        )
+        assert deployed.status_code in (200, 201, 202), deployed.text
+        names.append(manifest["name"])
+    for name in names:
+        wait_until(lambda n=name: triton_server.get(f"/v2/models/{n}/ready")[0] == 200, 60, f"{name} to be served")
+    return names
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_bytes_tensors_through_tritonclient(triton, signature_models, binary: bool) -> None:
+    words = np.array(["yes", "héllo", "", "no"], dtype=object)
+    text = httpclient.InferInput("text", [4], "BYTES")
+    text.set_data_from_numpy(words, binary_data=binary)
+    outputs = [httpclient.InferRequestedOutput(n, binary_data=binary) for n in ("marked", "is_yes", "ids")]
+    result = triton.infer("strings", [text], outputs=outputs)
+    expected = strings_reference(words)
+    # tritonclient hands BYTES back as bytes objects (binary) or as the JSON strings.
+    marked = [m.decode() if isinstance(m, bytes) else m for m in result.as_numpy("marked").tolist()]
+    assert marked == expected["marked"].tolist()
+    np.testing.assert_array_equal(result.as_numpy("is_yes"), expected["is_yes"])
+    np.testing.assert_array_equal(result.as_numpy("ids"), expected["ids"])
+    config = triton.get_model_config("strings")
+    assert config["input"] == [{"name": "text", "data_type": "TYPE_STRING", "dims": []}]
+
+
+def test_a_scalar_input_and_output_through_tritonclient(triton, signature_models) -> None:
+    rng = np.random.default_rng(6)
+    audio, state = rng.standard_normal((2, 32)).astype(np.float32), rng.standard_normal((2, 2, 8)).astype(np.float32)
+    sr = np.array(16000, dtype=np.int64)
+    inputs = []
+    for name, array, datatype in (("input", audio, "FP32"), ("state", state, "FP32"), ("sr", sr, "INT64")):
+        tensor = httpclient.InferInput(name, list(array.shape), datatype)
+        tensor.set_data_from_numpy(array, binary_data=True)
+        inputs.append(tensor)
+    result = triton.infer("vad", inputs)
+    expected = vad_reference(audio, state, sr)
+    assert result.as_numpy("count").shape == () and result.as_numpy("count").item() == 64
+    np.testing.assert_allclose(result.as_numpy("stateN"), expected["stateN"], rtol=1e-5, atol=1e-5)
+    metadata = triton.get_model_metadata("vad")
+    assert [t["shape"] for t in metadata["inputs"]] == [[-1, -1], [2, -1, 8], []]
+    assert triton.get_model_config("vad")["max_batch_size"] == 0

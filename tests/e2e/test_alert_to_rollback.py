@@ -7,7 +7,6 @@ the real rollback runbook run as a subprocess by the alert, and the resolved mes
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -77,9 +76,8 @@ def faulty_mlp(folder: Path) -> None:
 
 
 def test_faulty_version_alerts_chat_and_is_rolled_back_by_its_runbook(home: Path, tmp_path: Path) -> None:
-    faulty_mlp(home / "models" / "mlp" / "3")
-    for other in ("2",):  # keep the store small: v1 (stable) and v3 (faulty)
-        shutil.rmtree(home / "models" / "mlp" / other)
+    faulty_mlp(tmp_path / "faulty" / "mlp" / "3")
+    push_store(home, tmp_path / "faulty")  # v3 passes every registry check: only live traffic finds its fault
     rules = tmp_path / "rules"
     rules.mkdir()
     (rules / "e2e.yaml").write_text(RULE)
@@ -134,6 +132,17 @@ def test_faulty_version_alerts_chat_and_is_rolled_back_by_its_runbook(home: Path
     statuses = {s for _, s, _ in traffic.seen}
     assert statuses <= {200, 500}  # only the faulty version's failures, nothing else
     assert {v for t, s, v in traffic.seen if s == 200} >= {"1"}
+
+
+def push_store(home: Path, store: Path) -> None:
+    """Push the versions in a plain <name>/<version>/ store into the home's registry."""
+    from controlplane.db import make_engine, session_factory
+    from controlplane.registry.service import Registry
+
+    engine = make_engine(f"sqlite:///{home / 'flightdeck.db'}")
+    pushed = Registry(session_factory(engine), home).register_store(store)
+    engine.dispose()
+    assert [(row.name, row.version) for row, _ in pushed] == [("mlp", "3")]
 
 
 def _admin_token(home: Path) -> str:

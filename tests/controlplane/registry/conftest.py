@@ -87,6 +87,17 @@ def good_members(model: onnx.ModelProto | None = None, manifest: dict | None = N
 
 
 @pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """An empty data directory (a migrated database, an empty registry): these tests count what they store."""
+    from controlplane.migrate import upgrade
+
+    path = tmp_path / "home"
+    path.mkdir()
+    upgrade(f"sqlite:///{path / 'flightdeck.db'}")
+    return path
+
+
+@pytest.fixture
 def sessions(home: Path) -> Iterator:
     engine = make_engine(f"sqlite:///{home / 'flightdeck.db'}")
     yield session_factory(engine)
