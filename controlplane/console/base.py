@@ -40,6 +40,7 @@ PAGE_HEADERS = {
 }
 NAV = (
     ("console.overview", "Overview"),
+    ("console.models", "Models"),
     ("dashboards.page", "Dashboards"),
     ("console.alerts", "Alerts"),
     ("console.runbooks", "Runbooks"),

@@ -14,7 +14,6 @@ from controlplane.console.base import bp, login_required, page, services
 from controlplane.db import get_db
 from controlplane.errors import ApiError, NotFound
 from controlplane.models import AlertRecord, Deployment
-from controlplane.modelstore import list_versions
 from controlplane.registry.service import Registry, version_dict
 from controlplane.rollout import service as rollouts
 from controlplane.rollout.api import ACTIONS, describe_deployment, describe_rollout
@@ -30,7 +29,8 @@ def _model_names(db: Session) -> list[str]:
     return sorted(deployed | set(services().engine.models()))
 
 
-def _firing_by_model(db: Session) -> dict[str, list[dict[str, Any]]]:
+def firing_by_model(db: Session) -> dict[str, list[dict[str, Any]]]:
+    """Return the firing alerts by their model label, most severe first."""
     found: dict[str, list[dict[str, Any]]] = {}
     rows = db.scalars(select(AlertRecord).where(AlertRecord.state == "firing"))
     for row in sorted(rows, key=lambda r: (r.severity, r.rule)):
@@ -38,16 +38,24 @@ def _firing_by_model(db: Session) -> dict[str, list[dict[str, Any]]]:
     return found
 
 
-def _live_figures(model: str | None = None) -> dict[tuple[str, str], dict[str, Any]]:
+def live_figures(model: str | None = None) -> dict[tuple[str, str], dict[str, Any]]:
+    """Return rate, p99 and error rate per (model, version) over the last few minutes."""
     now = datetime.now(UTC)
     rows = services().history.summary(now - FIGURES_WINDOW, now, model)
     return {(r["model"], r["version"]): r for r in rows}
 
 
 def health(deployment: dict[str, Any] | None, ready: bool, firing: list[dict[str, Any]]) -> tuple[str, str]:
-    """Return (level, words) for a model: failing, degraded, rolling out or healthy."""
-    failed = [p for p in (deployment or {}).get("processes", []) if p["state"] == "failed"]
+    """Return (level, words) for a model: not served, starting, failing, degraded, rolling out or healthy."""
+    if deployment is None:
+        return "idle", "not served"
+    failed = [p for p in deployment["processes"] if p["state"] == "failed"]
     if not ready:
+        if failed:
+            return "failing", f"not ready: {failed[0]['error'] or 'its load failed'}"
+        if not any(p["state"] == "loaded" and p["version"] for p in deployment["processes"]):
+            # NOTE: a first deploy: no process has loaded and checked it yet.
+            return "rolling", "starting: waiting for the serving processes to load it and pass its golden samples"
         return "failing", "not ready"
     if any(a["severity"] == "P0" for a in firing):
         return "failing", "P0 alert firing"
@@ -55,13 +63,23 @@ def health(deployment: dict[str, Any] | None, ready: bool, firing: list[dict[str
         return "degraded", f"{len(failed)} slot load(s) failed"
     if firing:
         return "degraded", f"{len(firing)} alert(s) firing"
-    active = [r for r in (deployment or {}).get("rollouts", []) if r["state"] in ACTIVE]
+    active = [r for r in deployment["rollouts"] if r["state"] in ACTIVE]
     if active:
         return "rolling", f"rolling out v{active[0]['to_version']} ({active[0]['state']})"
     return "healthy", "healthy"
 
 
-def _live_versions(deployment: dict[str, Any] | None, figures: dict[tuple[str, str], dict]) -> list[dict[str, Any]]:
+def model_ready(name: str, deployment: dict[str, Any] | None) -> bool:
+    """Return whether `name` is ready here, or where this process does not load it, whether any process serves it."""
+    engine = services().engine
+    if name in engine.models():
+        return engine.model_ready(name)
+    # NOTE: not loaded here (a first deploy under way, or a node that does not serve it): go by the reports.
+    return deployment is not None and any(p["state"] == "loaded" and p["version"] for p in deployment["processes"])
+
+
+def live_versions(deployment: dict[str, Any] | None, figures: dict[tuple[str, str], dict]) -> list[dict[str, Any]]:
+    """Return the versions a deployment's slots hold, with their traffic and figures, most traffic first."""
     if deployment is None:
         return []
     live = []
@@ -79,14 +97,13 @@ def overview() -> Response:
     """Every model's health, live versions and split, rate, p99, error rate, and the firing alerts."""
     db = get_db()
     engine = services().engine
-    firing = _firing_by_model(db)
-    figures = _live_figures()
+    firing = firing_by_model(db)
+    figures = live_figures()
     models = []
     for name in _model_names(db):
         deployment = describe_deployment(db, name)
-        ready = engine.model_ready(name) if name in engine.models() else False
-        level, words = health(deployment, ready, firing.get(name, []))
-        models.append({"name": name, "level": level, "health": words, "versions": _live_versions(deployment, figures),
+        level, words = health(deployment, model_ready(name, deployment), firing.get(name, []))
+        models.append({"name": name, "level": level, "health": words, "versions": live_versions(deployment, figures),
                        "alerts": firing.get(name, [])})  # fmt: skip
     others = [a for key, alerts in firing.items() if key not in {m["name"] for m in models} for a in alerts]
     return page(
@@ -99,15 +116,31 @@ def overview() -> Response:
     )
 
 
-def _versions(name: str) -> list[dict[str, Any]]:
-    """Return the registry's versions of a model, plus versions only in the plain store (the demo models)."""
-    settings = services().settings
-    registry = Registry.for_settings(services().sessions, settings)
-    found = {row.version: version_dict(row) for row in registry.list(name)}
-    for version in list_versions(settings.model_store, name):
-        found.setdefault(version, {"name": name, "version": version, "sha256": None, "pushed_by": "model store",
-                                   "pushed_at": None, "tags": [], "golden": None, "description": ""})  # fmt: skip
-    return list(found.values())
+def model_versions(name: str) -> list[dict[str, Any]]:
+    """Return the registry's versions of a model, in the order they were pushed."""
+    registry = Registry.for_settings(services().sessions, services().settings)
+    return [version_dict(row) for row in registry.list(name)]
+
+
+def undeploy_words(name: str, live: list[dict[str, Any]], versions: int) -> str:
+    """Say exactly what undeploying `name` does (shown beside the button and in its confirmation)."""
+    held = []
+    for v in live:
+        traffic = f"{v['weight']}% of traffic" if v["weight"] else "no traffic"
+        held.append(f"v{v['version']} ({v['slot']}, {traffic})")
+    kept = f"its {versions} version{'s stay' if versions != 1 else ' stays'}" if versions else "its versions stay"
+    return (
+        f"Every serving process unloads {', '.join(held) or 'its slots'}, and inference requests for {name} "
+        f"get 404 until someone deploys it again. Nothing is deleted: {kept} in the registry."
+    )
+
+
+def first_deploy_words(name: str) -> str:
+    """Say what a first deploy of `name` does; `{version}` is the chosen version, filled in by console.js."""
+    return (
+        f"Start serving {name} version {{version}}? Every serving process loads it and checks its golden "
+        f"samples; then it takes all of {name}'s traffic."
+    )
 
 
 def _rollback_plan(db: Session, name: str) -> dict[str, Any]:
@@ -131,7 +164,7 @@ def _rollback_plan(db: Session, name: str) -> dict[str, Any]:
 def model(name: str) -> Response:
     """A model: versions, slots and processes, the rollout in progress, the actions, and its charts."""
     db = get_db()
-    versions = _versions(name)
+    versions = model_versions(name)
     deployment = describe_deployment(db, name)
     if deployment is None and not versions:
         raise NotFound(f"no model named {name!r}")
@@ -142,10 +175,9 @@ def model(name: str) -> Response:
             active = describe_rollout(db, current["id"])
             events = allowed_events(RolloutState(current["state"]))
             active["actions"] = [a for a in ACTIONS if a in events]
-    firing = _firing_by_model(db).get(name, [])
-    engine = services().engine
-    ready = engine.model_ready(name) if name in engine.models() else False
-    level, words = health(deployment, ready, firing)
+    firing = firing_by_model(db).get(name, [])
+    level, words = health(deployment, model_ready(name, deployment), firing)
+    live = live_versions(deployment, live_figures(name))
     return page(
         "console/model.html",
         name=name,
@@ -153,9 +185,11 @@ def model(name: str) -> Response:
         health=words,
         versions=versions,
         deployment=deployment,
-        live=_live_versions(deployment, _live_figures(name)),
+        live=live,
         active=active,
         rollback=_rollback_plan(db, name) if deployment else {"possible": False, "why": "not deployed"},
+        undeploy=undeploy_words(name, live, len(versions)) if deployment else None,
+        first_deploy=first_deploy_words(name),
         alerts=firing,
         refresh_s=MODEL_REFRESH_S,
         defaults=services().settings.rollout,

@@ -161,8 +161,8 @@
     return response.status + " " + response.statusText;
   }
 
-  // Shared with the dashboards page's script (dashboards.js), which this file loads before.
-  window.flightdeck = { errorText: errorText };
+  // Shared with the pages' own scripts (dashboards.js, models.js), which this file loads before.
+  window.flightdeck = { errorText: errorText, show: show, refreshLive: refreshLive, csrf: csrf };
 
   // -- the confirmation dialog -----------------------------------------------------------------
 

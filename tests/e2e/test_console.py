@@ -20,9 +20,9 @@ from controlplane.auth import Role
 from controlplane.auth import tokens as token_service
 from controlplane.auth import users as user_service
 from controlplane.db import make_engine, session_factory
-from controlplane.migrate import upgrade
-from tests.conftest import link_store
-from tests.e2e.browser import PageLog, browser, screenshot_name  # noqa: F401 (browser is a fixture)
+from controlplane.rollout.deployments import undeploy
+from tests.conftest import copy_home
+from tests.e2e.browser import PageLog, screenshot_name
 from tests.servers import ChatServer, start_server, wait_until
 
 PASSWORD = "console-password-1"
@@ -41,13 +41,12 @@ HOSTILE = '<img src=x onerror="document.title=1">'
 
 
 @pytest.fixture(scope="module")
-def console_server(tmp_path_factory: pytest.TempPathFactory, demo_store: Path) -> Iterator:
-    home = tmp_path_factory.mktemp("console") / "home"
-    link_store(demo_store, home)
-    url = f"sqlite:///{home / 'flightdeck.db'}"
-    upgrade(url)
-    engine = make_engine(url)
+def console_server(tmp_path_factory: pytest.TempPathFactory, template_home: Path) -> Iterator:
+    home = copy_home(template_home, tmp_path_factory.mktemp("console") / "home")
+    engine = make_engine(f"sqlite:///{home / 'flightdeck.db'}")
     with session_factory(engine)() as session:
+        # Serve mlp alone, so the rule below fires for one model and one silence quiets it.
+        undeploy(session, "textcls", audit=lambda *args: None)
         for name, role in USERS.items():
             user = user_service.create_user(session, name, PASSWORD, role, datetime.now(UTC))
         _, secret = token_service.create_token(session, user, "e2e-reads", Role.VIEWER, datetime.now(UTC))
@@ -68,7 +67,7 @@ def console_server(tmp_path_factory: pytest.TempPathFactory, demo_store: Path) -
 
 
 @pytest.fixture
-def login(browser, console_server, request: pytest.FixtureRequest) -> Iterator:  # noqa: F811
+def login(browser, console_server, request: pytest.FixtureRequest) -> Iterator:
     """Return log_in(user, width=1280) -> (page, log): a fresh browser context logged in through the form."""
     opened: list[tuple] = []
 
@@ -112,7 +111,7 @@ def served_version(server) -> str:
         return json.load(response)["model_version"]
 
 
-def test_login_form_refuses_a_wrong_password_and_lets_the_right_one_in(browser, console_server, request) -> None:  # noqa: F811
+def test_login_form_refuses_a_wrong_password_and_lets_the_right_one_in(browser, console_server, request) -> None:
     context = browser.new_context(base_url=console_server.url)
     page = context.new_page()
     errors: list[str] = []
@@ -299,7 +298,8 @@ def test_settings_test_a_receiver_and_make_a_token_and_a_user(login, console_ser
 
 
 def test_every_page_renders_at_laptop_and_phone_width_without_console_errors(login, console_server, request) -> None:
-    pages = ["/", "/models/mlp", "/dashboards", "/alerts", "/runbooks", "/runbooks/diagnostics", "/audit", "/settings"]
+    pages = ["/", "/models", "/models/mlp", "/dashboards", "/alerts", "/runbooks", "/runbooks/diagnostics", "/audit",
+             "/settings"]  # fmt: skip
     for width in (1280, 390):
         page, _ = login("ada", width=width, height=844)
         for path in pages:

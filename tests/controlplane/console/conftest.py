@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+import onnx
 import pytest
 
 from controlplane.auth import Role
+from controlplane.registry.archive import pack_archive
+from serving.demo_models import build_model, demo_manifest
 from tests.controlplane.conftest import log_in
 
 HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
@@ -36,3 +40,27 @@ def as_role(app):
 def form_csrf(html: str) -> str:
     """Return the CSRF token a page's login or logout form carries."""
     return re.search(r'name="csrf_token" value="([^"]+)"', html).group(1)
+
+
+def pack_model_archive(out: Path, name: str, version: str = "1", description: str = "") -> Path:
+    """Pack the demo MLP at `version` as a new model `name`, with the project's own builders."""
+    model = build_model("mlp", version)
+    folder = out.parent / f"{name}-{version}-src"
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, folder / "model.onnx")
+    manifest = demo_manifest("mlp", version, model) | {"name": name}
+    if description:
+        manifest["metadata"] = manifest["metadata"] | {"description": description}
+    pack_archive(out, manifest, {"model.onnx": folder / "model.onnx"})
+    return out
+
+
+def push_archive(client, csrf: str, archive: Path):
+    """Push an archive through the registry API as the console's script does (multipart, CSRF header)."""
+    with archive.open("rb") as f:
+        return client.post(
+            "/api/models",
+            data={"archive": (f, archive.name)},
+            headers={"X-CSRF-Token": csrf},
+            content_type="multipart/form-data",
+        )

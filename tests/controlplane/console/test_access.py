@@ -13,7 +13,17 @@ from controlplane.models import AuditEvent
 from tests.controlplane.conftest import log_in
 from tests.controlplane.console.conftest import form_csrf
 
-PAGES = ["/", "/models/mlp", "/dashboards", "/alerts", "/runbooks", "/runbooks/diagnostics", "/audit", "/settings"]
+PAGES = [
+    "/",
+    "/models",
+    "/models/mlp",
+    "/dashboards",
+    "/alerts",
+    "/runbooks",
+    "/runbooks/diagnostics",
+    "/audit",
+    "/settings",
+]
 
 
 def login_form(client, name: str, password: str, next_path: str = "", csrf: str | None = None):
