@@ -5,6 +5,9 @@ VENV ?= .venv
 ORT ?= cpu
 PY := $(VENV)/bin/python
 OTHER_ORT := $(if $(filter gpu,$(ORT)),onnxruntime,onnxruntime-gpu)
+# Public ONNX models the tests serve (tests/public_models/catalogue.py), shipped inside these wheels.
+# --no-deps: only the .onnx files are read; their own dependencies (torch, OpenCV, ...) are not wanted.
+PUBLIC_MODEL_WHEELS := rapidocr-onnxruntime==1.4.4 silero-vad==6.2.3 magika==1.0.3
 
 .PHONY: run test install bench lint
 
@@ -12,9 +15,10 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed-$(ORT): $(PY) pyproject.toml
+$(VENV)/.installed-$(ORT): $(PY) pyproject.toml Makefile
 	$(PY) -m pip uninstall --quiet --yes $(OTHER_ORT) >/dev/null 2>&1 || true
 	$(PY) -m pip install --quiet -e ".[$(ORT),test,postgres]"
+	$(PY) -m pip install --quiet --no-deps $(PUBLIC_MODEL_WHEELS)
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -28,6 +32,7 @@ test: install
 
 bench: install
 	$(PY) -m serving.bench
+	$(PY) -m serving.bench_public
 	$(PY) -m controlplane.history.overhead
 	$(PY) -m controlplane.rollout.bench
 
