@@ -133,6 +133,7 @@ class Engine:
         self._lock = threading.Lock()
         self._rng = rng or random.Random()
         self._draining = False
+        self._converged = False  # the owner served its desired state once (see mark_converged)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -365,11 +366,16 @@ class Engine:
     def draining(self) -> bool:
         return self._draining
 
+    def mark_converged(self) -> None:
+        """Say the engine holds what it should serve (its owner's first pass is done), even if that is nothing."""
+        self._converged = True
+
     def ready(self) -> bool:
-        """Return whether the server takes traffic: not draining, something loaded, every loaded model live."""
+        """Return whether the server takes traffic: not draining, every loaded model live, and something loaded
+        or the desired state served (a node with nothing deployed is ready, as Triton with no models)."""
         with self._lock:
             models = [m for m in self._models.values() if m.slots]
-            return not self._draining and bool(models) and all(self._live(m) for m in models)
+            return not self._draining and (bool(models) or self._converged) and all(self._live(m) for m in models)
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
         """Return whether a model (or one version of it) can take requests now."""

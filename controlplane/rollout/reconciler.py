@@ -83,6 +83,7 @@ class Reconciler:
     def start(self) -> None:
         """Reconcile once, synchronously, then keep reconciling in a background thread."""
         self.reconcile()
+        self._engine.mark_converged()
         self._thread = threading.Thread(target=self._loop, name="reconciler", daemon=True)
         self._thread.start()
 

@@ -133,6 +133,25 @@ def test_a_restart_serves_exactly_the_stored_set(app_config: dict, home: Path) -
         second.extensions["flightdeck"].shutdown(5)
 
 
+def test_a_node_with_nothing_deployed_is_ready(
+    app: Flask, client: FlaskClient, operator: dict, app_config: dict
+) -> None:
+    # As Triton with no models: undeploying the last model must not turn the node unready (a P0 alert).
+    for model in ("mlp", "textcls"):
+        assert client.post(f"/api/models/{model}/undeploy", headers=operator).status_code == 200
+    services = app.extensions["flightdeck"]
+    services.reconciler.reconcile()
+    assert services.engine.models() == []
+    assert client.get("/v2/health/ready").status_code == 200
+    restarted = create_app(app_config)
+    try:
+        assert restarted.test_client().get("/v2/health/ready").status_code == 200
+        restarted.extensions["flightdeck"].engine.begin_drain()
+        assert restarted.test_client().get("/v2/health/ready").status_code == 503
+    finally:
+        restarted.extensions["flightdeck"].shutdown(5)
+
+
 def test_the_per_node_filter_serves_only_its_part_of_the_stored_set(app_config: dict) -> None:
     only_mlp = create_app(app_config | {"load_models": "mlp,adder"})
     try:
