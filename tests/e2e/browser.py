@@ -72,3 +72,18 @@ def screenshot_name(request: pytest.FixtureRequest, label: str) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{request.node.name}-{label}")
     return ARTIFACTS / f"{safe}.png"
+
+
+def open_console(browser, url: str, user: str, password: str, width: int = 1280, height: int = 900):
+    """Log `user` in through the console's form in a fresh context; return (context, page, log)."""
+    context = browser.new_context(viewport={"width": width, "height": height}, base_url=url)
+    page = context.new_page()
+    log = PageLog()
+    page.on("console", lambda m: log.errors.append(f"{m.text} @ {page.url}") if m.type == "error" else None)
+    page.on("pageerror", lambda exc: log.errors.append(f"uncaught: {exc} @ {page.url}"))
+    page.goto("/login")
+    page.fill("input[name=name]", user)
+    page.fill("input[name=password]", password)
+    page.click("button[type=submit]")
+    page.wait_for_url(re.compile(r".*/$"))
+    return context, page, log

@@ -22,7 +22,7 @@ from controlplane.auth import users as user_service
 from controlplane.db import make_engine, session_factory
 from controlplane.rollout.deployments import undeploy
 from tests.conftest import copy_home
-from tests.e2e.browser import PageLog, screenshot_name
+from tests.e2e.browser import open_console, screenshot_name
 from tests.servers import ChatServer, start_server, wait_until
 
 PASSWORD = "console-password-1"
@@ -72,17 +72,8 @@ def login(browser, console_server, request: pytest.FixtureRequest) -> Iterator:
     opened: list[tuple] = []
 
     def log_in(user: str, width: int = 1280, height: int = 900):
-        context = browser.new_context(viewport={"width": width, "height": height}, base_url=console_server.url)
-        page = context.new_page()
-        log = PageLog()
-        page.on("console", lambda m: log.errors.append(f"{m.text} @ {page.url}") if m.type == "error" else None)
-        page.on("pageerror", lambda exc: log.errors.append(f"uncaught: {exc} @ {page.url}"))
+        context, page, log = open_console(browser, console_server.url, user, PASSWORD, width, height)
         opened.append((context, page, log, user))
-        page.goto("/login")
-        page.fill("input[name=name]", user)
-        page.fill("input[name=password]", PASSWORD)
-        page.click("button[type=submit]")
-        page.wait_for_url(re.compile(r".*/$"))
         return page, log
 
     yield log_in

@@ -22,7 +22,7 @@ from controlplane.auth import users as user_service
 from controlplane.db import make_engine, session_factory
 from tests.conftest import copy_home
 from tests.controlplane.console.conftest import pack_model_archive
-from tests.e2e.browser import PageLog, screenshot_name
+from tests.e2e.browser import open_console, screenshot_name
 from tests.servers import start_server, wait_until
 
 PASSWORD = "models-password-1"
@@ -57,17 +57,8 @@ def login(browser, models_server, request: pytest.FixtureRequest) -> Iterator:
     opened: list[tuple] = []
 
     def log_in(user: str):
-        context = browser.new_context(viewport={"width": 1280, "height": 900}, base_url=models_server.url)
-        page = context.new_page()
-        log = PageLog()
-        page.on("console", lambda m: log.errors.append(f"{m.text} @ {page.url}") if m.type == "error" else None)
-        page.on("pageerror", lambda exc: log.errors.append(f"uncaught: {exc} @ {page.url}"))
+        context, page, log = open_console(browser, models_server.url, user, PASSWORD)
         opened.append((context, log))
-        page.goto("/login")
-        page.fill("input[name=name]", user)
-        page.fill("input[name=password]", PASSWORD)
-        page.click("button[type=submit]")
-        page.wait_for_url(re.compile(r".*/$"))
         return page, log
 
     yield log_in
