@@ -57,7 +57,6 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     home.mkdir()
     token = operator_token(home)
     # The product's default start: the demo models are served, the public models are not known yet.
-    # NOTE: an empty engine does not report ready, so a server without the demo models would never pass start_server.
     env = {"FLIGHTDECK_WORKERS": str(WORKERS), "FLIGHTDECK_RECONCILE_POLL_MS": "200", "FLIGHTDECK_DEMO_MODELS": "true"}
     server = start_server(home, env)
     try:
