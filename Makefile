@@ -32,6 +32,7 @@ test: install
 
 bench: install
 	$(PY) -m serving.bench
+	$(PY) -m serving.bench_peers
 	$(PY) -m serving.bench_public
 	$(PY) -m controlplane.history.overhead
 	$(PY) -m controlplane.rollout.bench

@@ -45,7 +45,11 @@ class Settings:
     )
     host: str = _setting("127.0.0.1", "Address gunicorn binds.")
     port: int = _setting(8000, "Port gunicorn binds.")
-    workers: int = _setting(1, "gunicorn worker processes; each loads its own copy of every model.")
+    workers: int = _setting(
+        0,
+        "gunicorn worker processes (0: one per CPU core, at most 4). Each holds its own engine and its own copy "
+        "of every model; one process's Python work (HTTP, JSON) cannot use a second core (see README, benchmarks).",
+    )
     threads: int = _setting(
         0, "Request threads per worker (0: enough to hold every queue full plus running batches, see README)."
     )
@@ -126,7 +130,11 @@ class Settings:
     outbox_backoff_s: float = _setting(30.0, "First retry delay of a failed notification; doubles up to an hour.")
     alert_repeat_h: float = _setting(4.0, "Hours before a still-firing, unacknowledged alert is sent again.")
     alert_rules_dir: str = _setting("", "Folder of alert rule YAML files (empty: the shipped alerts/rules).")
-    reconcile_poll_ms: float = _setting(25.0, "How often each process checks the desired state written by others.")
+    reconcile_poll_ms: float = _setting(
+        25.0,
+        "How often a process looks for desired state others wrote when nothing woke it: every poll on PostgreSQL; "
+        "on SQLite only for 0.2 s after an inotify wake-up, or always where inotify is missing (a change-counter read).",
+    )
     rollout_tick_s: float = _setting(1.0, "How often the scheduler leader advances rollouts (steps, analysis).")
     rollout_pause_s: float = _setting(60.0, "Default time a canary step takes traffic before it is analysed.")
     scale_down_delay_s: float = _setting(600.0, "How long the previous stable version stays loaded after a rollout.")
@@ -170,6 +178,11 @@ class Settings:
     def console_url(self) -> str:
         """Return the base URL for links people follow from chat."""
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+    @property
+    def worker_count(self) -> int:
+        """Return gunicorn's worker count: explicit, or one per core up to 4 (memory grows with each)."""
+        return self.workers or min(os.cpu_count() or 1, 4)
 
     @property
     def http_threads(self) -> int:
@@ -226,7 +239,6 @@ class Settings:
                 raise ConfigError(f"{PREFIX}{name.upper()} must be one of {allowed}, not {getattr(self, name)!r}")
         positive = (
             "port",
-            "workers",
             "max_batch_size",
             "max_queue_size",
             "max_request_bytes",
@@ -260,7 +272,7 @@ class Settings:
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{PREFIX}{name.upper()} must not be negative")
-        for name in ("threads", "batch_instances", "ort_intra_op_threads"):
+        for name in ("workers", "threads", "batch_instances", "ort_intra_op_threads"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{PREFIX}{name.upper()} must be 0 (auto) or more")
         if self.threads and self.threads < self.max_queue_size + self.max_batch_size:

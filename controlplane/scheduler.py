@@ -108,6 +108,8 @@ class LeaderScheduler:
 
     def start(self) -> None:
         """Take the lease if free and start the timers."""
+        # NOTE: APScheduler logs two INFO lines per job run (several a second here); failures still show (ERROR).
+        logging.getLogger("apscheduler.executors").setLevel(logging.WARNING)
         self.renew()
         self.add_local_job(self.renew, max(self._ttl_s / 3, 0.5), "lease-renewal")
         self._scheduler.start()

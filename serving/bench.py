@@ -307,7 +307,9 @@ class Server:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("FLIGHTDECK_", "PROMETHEUS_MULTIPROC"))}
         env.update(
             FLIGHTDECK_HOME=str(home), FLIGHTDECK_HOST="127.0.0.1", FLIGHTDECK_PORT=str(self.port),
-            FLIGHTDECK_LOG_SAMPLE_RATE="0", FLIGHTDECK_DEMO_MODELS="false", **(overrides or {}),
+            FLIGHTDECK_LOG_SAMPLE_RATE="0", FLIGHTDECK_DEMO_MODELS="false",
+            # NOTE: one worker unless asked: this bench probes one worker's CPU, RSS and statistics.
+            **{"FLIGHTDECK_WORKERS": "1", **(overrides or {})},
         )  # fmt: skip
         self.log = home / "server.log"
         with self.log.open("wb") as out:

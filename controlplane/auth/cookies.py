@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from flask import Flask, request
-from flask.sessions import SecureCookieSessionInterface
+from flask import Flask, Request, request
+from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
 
 
 class SessionCookies(SecureCookieSessionInterface):
@@ -17,6 +17,13 @@ class SessionCookies(SecureCookieSessionInterface):
 
     def __init__(self, secure: str) -> None:
         self.secure = secure
+
+    def open_session(self, app: Flask, request: Request) -> SecureCookieSession | None:
+        """Return an empty session at once when the request has no cookie (every API and inference client)."""
+        # NOTE: Flask builds a signing serializer for every request before it looks at the cookie.
+        if app.secret_key and self.get_cookie_name(app) not in request.cookies:
+            return self.session_class()
+        return super().open_session(app, request)
 
     def get_cookie_secure(self, app: Flask) -> bool:
         """Return whether this response's session cookie carries the Secure flag."""

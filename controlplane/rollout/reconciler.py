@@ -2,7 +2,10 @@
 
 Order keeps traffic flowing: load (and verify) what a slot should hold, then set the weights,
 reload the slots asked for, then unload what no slot should hold. Inside one process it is woken
-at once after a write; other processes and nodes poll the generation counters, which is one small
+at once after a write. Other processes' writes: on SQLite, an inotify watch of the database's
+folder wakes it when any commit lands, and a pass runs only when `PRAGMA data_version` says another
+connection committed (controlplane.rollout.changes), so an idle process does nearly nothing; without
+inotify that counter is read every poll. Elsewhere (PostgreSQL) every poll is a pass: one small
 indexed read. Engine-wide desired state (batching limits, memory compaction) is applied in the same
 pass, batching first so versions loaded in that pass get the new limits; each process reports what
 it applied in `engine_status` (and refreshes that row every `HEARTBEAT_S`, so readers can tell a
@@ -12,6 +15,7 @@ live process from one that went away).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +25,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.models import Deployment, EngineDesired, EngineStatus, SlotStatus
+from controlplane.rollout.changes import ChangeSignal, DirectoryWatch, sqlite_path
 from controlplane.scheduler import utcnow
 from serving.engine import SLOTS, Engine, read_manifest
 
@@ -29,6 +34,10 @@ log = logging.getLogger(__name__)
 Locate = Callable[[str, str], Path]
 HEARTBEAT_S = 10.0  # engine_status.updated_at is refreshed at least this often
 BATCHING_KEYS = ("max_batch_size", "max_queue_delay_ms", "max_queue_size")
+# With a directory watch: how long to keep polling the change counter after a wake-up (a commit's last
+# write can land a moment after its inotify event), and how often to look when nothing woke us.
+SETTLE_S = 0.2
+WATCHED_POLL_S = 1.0
 
 
 class Reconciler:
@@ -70,6 +79,7 @@ class Reconciler:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._watch: DirectoryWatch | None = None
 
     @property
     def process(self) -> str:
@@ -82,9 +92,17 @@ class Reconciler:
 
     def start(self) -> None:
         """Reconcile once, synchronously, then keep reconciling in a background thread."""
+        # NOTE: the watch starts and the counter is read before the first pass, so a commit during it is seen.
+        path = sqlite_path(self._sessions)
+        signal = ChangeSignal(path) if path else None
+        if signal is not None:
+            signal.changed()
+            self._watch = DirectoryWatch(os.path.dirname(os.path.abspath(path)), self._wake.set)
+            if not self._watch.start():
+                self._watch = None
         self.reconcile()
         self._engine.mark_converged()
-        self._thread = threading.Thread(target=self._loop, name="reconciler", daemon=True)
+        self._thread = threading.Thread(target=self._loop, args=(signal,), name="reconciler", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -92,6 +110,8 @@ class Reconciler:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(10)
+        if self._watch is not None:
+            self._watch.stop()
         try:  # a process that leaves stops counting as one that must apply engine-wide changes
             with self._lock, self._sessions() as session:
                 session.execute(delete(EngineStatus).where(EngineStatus.process == self._process))
@@ -99,16 +119,31 @@ class Reconciler:
         except Exception:
             log.warning("could not remove this process's engine_status row", exc_info=True)
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(self._poll_s)
-            self._wake.clear()
-            if self._stop.is_set():
-                return
-            try:
-                self.reconcile()
-            except Exception:
-                log.exception("reconcile pass failed; retrying on the next poll")
+    def _loop(self, signal: ChangeSignal | None) -> None:
+        last_pass, settle_until, retry = time.monotonic(), 0.0, False
+        try:
+            while not self._stop.is_set():
+                watched = self._watch is not None and time.monotonic() >= settle_until
+                woken = self._wake.wait(WATCHED_POLL_S if watched else self._poll_s)
+                self._wake.clear()
+                if self._stop.is_set():
+                    return
+                now = time.monotonic()
+                if woken:
+                    settle_until = now + SETTLE_S
+                changed = signal is None or signal.changed()  # NOTE: read every time, so a pass resets it
+                due = now - last_pass >= HEARTBEAT_S / 2  # the engine_status heartbeat needs a pass now and then
+                if not (woken or changed or due or retry):
+                    continue
+                last_pass, retry = now, False
+                try:
+                    self.reconcile()
+                except Exception:
+                    retry = True
+                    log.exception("reconcile pass failed; retrying on the next poll")
+        finally:
+            if signal is not None:
+                signal.close()
 
     def reconcile(self) -> int:
         """Apply engine-wide changes, every deployment that changed, and every removal; return how many models."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,7 @@ def test_a_toml_file_sits_between_defaults_and_environment(tmp_path: Path) -> No
         ({"FLIGHTDECK_PORT": "eighty"}, "FLIGHTDECK_PORT must be int"),
         ({"FLIGHTDECK_BATCHING": "maybe"}, "FLIGHTDECK_BATCHING must be true or false"),
         ({"FLIGHTDECK_DEVICE": "tpu"}, "FLIGHTDECK_DEVICE must be one of"),
-        ({"FLIGHTDECK_WORKERS": "0"}, "FLIGHTDECK_WORKERS must be at least 1"),
+        ({"FLIGHTDECK_WORKERS": "-1"}, "FLIGHTDECK_WORKERS must be 0 \\(auto\\) or more"),
         ({"FLIGHTDECK_LOG_SAMPLE_RATE": "2"}, "between 0 and 1"),
         ({"FLIGHTDECK_ENV": "production"}, "FLIGHTDECK_SECRET_KEY must be set"),
     ],
@@ -76,6 +77,11 @@ def test_readme_documents_every_setting() -> None:
         name = line.split("`")[1]
         assert f"`{name}`" in readme, f"{name} is missing from the README's settings table"
     assert len(settings_table().splitlines()) == len(Settings.__dataclass_fields__) + 2
+
+
+def test_workers_follow_the_cores_unless_set() -> None:
+    assert load_settings(environ={}).worker_count == min(os.cpu_count() or 1, 4)
+    assert load_settings(environ={"FLIGHTDECK_WORKERS": "3"}).worker_count == 3
 
 
 def test_threads_must_hold_every_request_the_engine_could_admit() -> None:

@@ -67,3 +67,57 @@ def test_mixed_shape_part_measures_both_modes_and_counts_bisection(tmp_path, dem
     assert set(dirty.statuses) == {"200", "400"} and part.bad_requests > 0
     assert part.bisect_runs <= 10 * part.bad_requests  # 2 x log2(32) per bad request at most
     assert len(bench_shapes.summary_lines(part)) == 3
+
+
+def _mlp(demo_store) -> tuple[ModelSpec, bytes, dict]:
+    spec = ModelSpec.from_manifest(json.loads((demo_store / "mlp" / "1" / "manifest.json").read_text()))
+    tensors = bench.sample_inputs(spec, 1, 1)
+    return spec, bench.request_body(tensors, spec), tensors
+
+
+def test_the_naive_peer_answers_oip_json_with_what_onnx_runtime_computes(demo_store) -> None:
+    from serving.naive_server import create_app
+    from serving.runtime import load_session
+    from serving.settings import RuntimeSettings
+
+    spec, body, tensors = _mlp(demo_store)
+    client = create_app({"mlp": str(demo_store / "mlp" / "1" / "model.onnx")}, intra_op_threads=1).test_client()
+    response = client.post("/v2/models/mlp/infer", data=body, content_type="application/json")
+    assert response.status_code == 200
+    session = load_session(demo_store / "mlp" / "1" / "model.onnx", RuntimeSettings(device="cpu"))
+    expected = dict(zip(session.output_names, session.session.run(None, tensors)))
+    outputs = {o["name"]: o for o in response.get_json()["outputs"]}
+    assert sorted(outputs) == sorted(expected)
+    for name, array in expected.items():
+        assert outputs[name]["shape"] == list(array.shape) and outputs[name]["datatype"] == "FP32"
+        np.testing.assert_allclose(np.asarray(outputs[name]["data"]).reshape(array.shape), array, rtol=1e-6)
+    assert client.post("/v2/models/nope/infer", data=body, content_type="application/json").status_code == 404
+
+
+def test_the_peer_bench_drives_a_real_naive_server_and_stops_it(tmp_path, demo_store) -> None:
+    """A tiny window against the real gunicorn peer: counted requests, CPU from its process tree, stopped."""
+    from serving import bench_peers
+
+    _, body, _ = _mlp(demo_store)
+    peer = bench_peers.start_naive({"mlp": demo_store / "mlp" / "1" / "model.onnx"}, 1, 2, tmp_path / "naive.log")
+    try:
+        peer.wait_ready(60)
+        assert len(bench_peers.tree_cpu_by_pid(peer.process.pid)) == 2  # the master and its one worker
+        cell = bench_peers.measure(peer, "mlp", "mlp", body, concurrency=2, warmup_s=0.05, seconds=0.3)
+    finally:
+        peer.stop()
+    assert peer.process.returncode is not None
+    assert cell.rps > 0 and cell.errors == 0 and cell.p50_ms <= cell.p99_ms
+    assert cell.cpu_us > 0 and cell.server == "naive"
+
+
+def test_the_peer_table_prints_flightdeck_over_naive(capsys) -> None:
+    from serving.bench_peers import Cell, print_table
+
+    cells = [
+        Cell("mlp", 32, "flightdeck", 300.0, 2.0, 4.0, 900.0, 1.0, 0, 0.1),
+        Cell("mlp", 32, "naive", 600.0, 1.5, 3.0, 300.0, 1.0, 0, 0.1),
+    ]
+    print_table(cells)
+    out = capsys.readouterr().out
+    assert "req/s x0.50" in out and "p50 +0.50 ms" in out and "CPU/req x3.00" in out

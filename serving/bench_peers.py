@@ -1,0 +1,349 @@
+"""Flightdeck beside a naive server, in one run: `python -m serving.bench_peers`.
+
+Starts (a) Flightdeck as `make run` does (`python -m controlplane serve`, its defaults, a temporary
+HOME, a free loopback port) and (b) the naive Flask + gunicorn peer (serving.naive_server: one
+`session.run` per request) on the very .onnx files Flightdeck's registry holds, with the same ONNX
+Runtime settings. Both are driven closed-loop over HTTP with batch-1 OIP JSON requests, cell by
+cell and alternating which server goes first, then stopped. MLServer is not a peer yet (issue 13).
+
+    python -m serving.bench_peers [--workloads mlp,textcls32] [--concurrency 1,32] [--seconds 4] [--idle 10]
+                                  [--flightdeck-env FLIGHTDECK_WORKERS=1 ...] [--json PATH]
+
+Before any load it waits for every Flightdeck worker to have loaded its models (keep-alive
+connections opened earlier would all stay on the first worker), then prints each process's idle
+CPU (% of one core over --idle seconds).
+
+Columns: req/s (200s only), p50/p99 of successful requests, CPU µs per request (utime+stime of the
+server's whole process tree over the window, / successes), the server tree's cores in use, errors
+(any non-200), and the machine's 1-minute load average when the cell started (this benchmark's own
+client shares the machine: a high load before the run means noise). Exit code 0 unless it crashed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import math
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import closing
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from serving.bench import CLK_TCK, closed_loop, percentile_ms, request_body, sample_inputs
+from serving.engine import read_manifest
+from serving.settings import BatchingSettings, RuntimeSettings, parallelism
+from serving.tensors import ModelSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+# name -> (model, sequence length): the issue's workloads.
+WORKLOADS = {"mlp": ("mlp", 1), "textcls32": ("textcls", 32), "textcls128": ("textcls", 128)}
+
+
+@dataclass
+class Cell:
+    """One server under one workload at one concurrency."""
+
+    workload: str
+    concurrency: int
+    server: str
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    cpu_us: float  # server process tree CPU per successful request
+    cores: float  # server process tree CPU seconds per wall second
+    errors: int
+    load1: float
+
+
+def free_port() -> int:
+    """Return a free loopback port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def tree_cpu_s(root: int) -> float:
+    """Return utime+stime (seconds) of `root` and every live descendant, from /proc."""
+    return sum(tree_cpu_by_pid(root).values())
+
+
+def tree_cpu_by_pid(root: int) -> dict[int, float]:
+    """Return {pid: utime+stime seconds} for `root` and every live descendant, from /proc."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone while we looked
+        pid = int(proc.name)
+        parents[pid], times[pid] = int(stat[1]), (int(stat[11]) + int(stat[12])) / CLK_TCK
+    tree, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent]
+        tree.update(children)
+        frontier.extend(children)
+    return {pid: times[pid] for pid in tree if pid in times}
+
+
+def idle_cpu(peer: Peer, seconds: float) -> dict[str, float]:
+    """Return % of one core each process of an idle server's tree used over `seconds` (master first)."""
+    before, t0 = tree_cpu_by_pid(peer.process.pid), time.perf_counter()
+    time.sleep(seconds)
+    after, wall = tree_cpu_by_pid(peer.process.pid), time.perf_counter() - t0
+    return {
+        ("master" if pid == peer.process.pid else f"worker {pid}"): 100 * (after[pid] - before[pid]) / wall
+        for pid in sorted(after, key=lambda p: (p != peer.process.pid, p))
+        if pid in before
+    }
+
+
+class Peer:
+    """A server process started by the benchmark: its port, its log, and how to stop it."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], port: int, log: Path, cwd: Path = ROOT) -> None:
+        self.name, self.port, self.log = name, port, log
+        with log.open("wb") as out:
+            self.process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout_s: float = 180) -> None:
+        """Poll the readiness path until it answers 200; raise with the server's log otherwise."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"{self.name} exited with {self.process.returncode}:\n{self.log.read_text()[-4000:]}"
+                )
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v2/health/ready", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"{self.name} not ready within {timeout_s}s:\n{self.log.read_text()[-4000:]}")
+
+    def stop(self) -> None:
+        """SIGTERM the master and wait; SIGKILL if it does not exit."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+
+    def client(self, path: str, body: bytes) -> Client:
+        """Return a call POSTing `body` to this server over its own keep-alive connection."""
+        return Client(self.port, path, body)
+
+
+class Client:
+    """One closed-loop caller: POST the same body over one keep-alive connection (status 0: it failed)."""
+
+    HEADERS = {"Content-Type": "application/json"}
+
+    def __init__(self, port: int, path: str, body: bytes) -> None:
+        self._port, self._path, self._body = port, path, body
+        self._conn: http.client.HTTPConnection | None = None
+
+    def __call__(self) -> tuple[int, int, float]:
+        if self._conn is None:
+            self._conn = http.client.HTTPConnection("127.0.0.1", self._port, timeout=60)
+        try:
+            self._conn.request("POST", self._path, self._body, self.HEADERS)
+            response = self._conn.getresponse()
+            response.read()
+        except (OSError, http.client.HTTPException):
+            self.close()
+            return 0, 0, 0.01
+        if response.will_close:
+            self.close()
+        return response.status, 1, 0.01 if response.status in (429, 503) else 0.0
+
+    def close(self) -> None:
+        """Close the connection (the next call opens a new one)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("FLIGHTDECK_", "PROMETHEUS_MULTIPROC", "NAIVE_"))}
+
+
+def start_flightdeck(home: Path, overrides: dict[str, str] | None = None) -> Peer:
+    """Start Flightdeck as `make run` does, with its home and port changed (and `overrides`, to try settings)."""
+    port = free_port()
+    env = {**_clean_env(), "FLIGHTDECK_HOME": str(home), "FLIGHTDECK_HOST": "127.0.0.1", "FLIGHTDECK_PORT": str(port)}
+    env.update(overrides or {})
+    argv = [sys.executable, "-m", "controlplane", "serve"]
+    return Peer("flightdeck", argv, env, port, home.parent / "flightdeck.log")
+
+
+def wait_all_workers(peer: Peer, home: Path, timeout_s: float = 180) -> int:
+    """Wait until every Flightdeck worker has loaded its models (its engine_status row); return how many.
+
+    NOTE: ready means one worker answers; a closed loop started then would open every keep-alive
+    connection to that worker, and a second worker would never get any.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        workers = len(tree_cpu_by_pid(peer.process.pid)) - 1
+        with closing(sqlite3.connect(home / "flightdeck.db", timeout=5)) as db:
+            reported = db.execute("SELECT count(*) FROM engine_status").fetchone()[0]
+        if workers >= 1 and reported >= workers:
+            return workers
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {reported} of {workers} Flightdeck workers loaded within {timeout_s}s")
+        time.sleep(0.2)
+
+
+def start_naive(models: dict[str, Path], workers: int, threads: int, log: Path) -> Peer:
+    """Start the naive peer: gunicorn gthread, `workers` processes, Flightdeck's ONNX Runtime thread count."""
+    port = free_port()
+    _, intra = parallelism(RuntimeSettings(), BatchingSettings(), on_gpu=False)
+    env = {
+        **_clean_env(),
+        "NAIVE_MODELS": ",".join(f"{name}={path}" for name, path in models.items()),
+        "NAIVE_INTRA_OP_THREADS": str(intra),
+        "PYTHONPATH": str(ROOT),
+    }
+    argv = [sys.executable, "-m", "gunicorn", "-k", "gthread", "-w", str(workers), "--threads", str(threads)]
+    argv += ["-b", f"127.0.0.1:{port}", "--log-level", "warning", "serving.naive_server:app"]
+    # NOTE: run from the log's folder, or gunicorn would read Flightdeck's ./gunicorn.conf.py.
+    return Peer("naive", argv, env, port, log, cwd=log.parent)
+
+
+def registry_models(home: Path, names: set[str]) -> dict[str, Path]:
+    """Return each named model's version-1 folder in Flightdeck's registry (what it serves after a first start)."""
+    found = {}
+    for manifest in home.rglob("manifest.json"):
+        data = json.loads(manifest.read_text())
+        if data.get("name") in names and str(data.get("version")) == "1" and (manifest.parent / "model.onnx").exists():
+            found[data["name"]] = manifest.parent
+    missing = names - set(found)
+    if missing:
+        raise RuntimeError(f"Flightdeck's registry under {home} has no version 1 of {sorted(missing)}")
+    return found
+
+
+def measure(
+    peer: Peer, workload: str, model: str, body: bytes, concurrency: int, warmup_s: float, seconds: float
+) -> Cell:
+    """Drive one server closed-loop and summarise the window."""
+    load1 = os.getloadavg()[0]
+    calls = [peer.client(f"/v2/models/{model}/infer", body) for _ in range(concurrency)]
+
+    def probe() -> dict[str, Any]:
+        return {"t": time.perf_counter(), "cpu": tree_cpu_s(peer.process.pid)}
+
+    try:
+        w = closed_loop(calls, warmup_s, seconds, probe)
+    finally:
+        for call in calls:
+            call.close()
+    ok = w.statuses.get(200, 0)
+    cpu = w.delta("cpu")
+    return Cell(
+        workload, concurrency, peer.name, ok / w.seconds, percentile_ms(w.latencies, 50), percentile_ms(w.latencies, 99),
+        1e6 * cpu / ok if ok else math.nan, cpu / w.delta("t"), sum(n for s, n in w.statuses.items() if s != 200), load1,
+    )  # fmt: skip
+
+
+def print_table(cells: list[Cell]) -> None:
+    """Print every cell, then Flightdeck ÷ naive per workload and concurrency."""
+    print(f"{'workload':<11}{'c':>4} {'server':<11}{'req/s':>8}{'p50 ms':>8}{'p99 ms':>8}{'CPU µs/req':>11}"
+          f"{'cores':>7}{'errors':>7}{'load1':>7}")  # fmt: skip
+    for c in cells:
+        print(f"{c.workload:<11}{c.concurrency:>4} {c.server:<11}{c.rps:>8.0f}{c.p50_ms:>8.2f}{c.p99_ms:>8.2f}"
+              f"{c.cpu_us:>11.0f}{c.cores:>7.2f}{c.errors:>7}{c.load1:>7.2f}")  # fmt: skip
+    print("\nFlightdeck ÷ naive (req/s ratio; p50 difference; CPU per request ratio)")
+    by_key = {(c.workload, c.concurrency, c.server): c for c in cells}
+    for workload, concurrency in dict.fromkeys((c.workload, c.concurrency) for c in cells):
+        fd, nv = by_key.get((workload, concurrency, "flightdeck")), by_key.get((workload, concurrency, "naive"))
+        if fd and nv and nv.rps:
+            print(f"{workload:<11}{concurrency:>4}  req/s x{fd.rps / nv.rps:.2f}   p50 {fd.p50_ms - nv.p50_ms:+.2f} ms"
+                  f"   CPU/req x{fd.cpu_us / nv.cpu_us:.2f}")  # fmt: skip
+    print("MLServer is not measured here yet (issue 13 asks for it in its own virtual environment).")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m serving.bench_peers", description=__doc__.split("\n\n")[0])
+    p.add_argument("--workloads", default="mlp,textcls32", help=f"comma-separated, of {', '.join(WORKLOADS)}")
+    p.add_argument("--concurrency", default="1,32", help="comma-separated client concurrencies")
+    p.add_argument("--seconds", type=float, default=4.0, help="measurement window per cell")
+    p.add_argument("--warmup", type=float, default=1.0, help="warm-up before each window")
+    p.add_argument("--naive-workers", type=int, default=os.cpu_count() or 1, help="the naive peer's gunicorn workers")
+    p.add_argument("--naive-threads", type=int, default=8, help="the naive peer's threads per worker")
+    p.add_argument(
+        "--idle", type=float, default=10.0, help="seconds of idle CPU measured on Flightdeck first (0: skip)"
+    )
+    p.add_argument("--flightdeck-env", action="append", default=[], metavar="FLIGHTDECK_X=VALUE",
+                   help="run Flightdeck with this setting changed (repeatable); the defaults otherwise")  # fmt: skip
+    p.add_argument("--json", type=Path, help="also write the cells as JSON here")
+    return p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> list[Cell]:
+    """Start both servers, measure every cell, stop both; return the cells."""
+    workloads = [w for w in args.workloads.split(",") if w]
+    unknown = set(workloads) - set(WORKLOADS)
+    if unknown:
+        raise SystemExit(f"unknown workloads {sorted(unknown)}; choose from {', '.join(WORKLOADS)}")
+    concurrencies = [int(c) for c in args.concurrency.split(",") if c]
+    cells: list[Cell] = []
+    with tempfile.TemporaryDirectory(prefix="flightdeck-peers-") as tmp:
+        peers: list[Peer] = []
+        try:
+            overrides = dict(item.split("=", 1) for item in args.flightdeck_env)
+            peers.append(start_flightdeck(Path(tmp) / "home", overrides))
+            peers[0].wait_ready()
+            workers = wait_all_workers(peers[0], Path(tmp) / "home")
+            print(f"Flightdeck: {workers} worker(s), settings {overrides or 'as make run'}", flush=True)
+            if args.idle:
+                time.sleep(min(args.idle, 2.0))  # NOTE: let start-up work (first history rows, warm-up) finish
+                idle = idle_cpu(peers[0], args.idle)
+                print(f"Flightdeck idle over {args.idle:g} s, % of one core: "
+                      + ", ".join(f"{k} {v:.2f}" for k, v in idle.items()), flush=True)  # fmt: skip
+            folders = registry_models(Path(tmp) / "home", {WORKLOADS[w][0] for w in workloads})
+            models = {name: folder / "model.onnx" for name, folder in folders.items()}
+            peers.append(start_naive(models, args.naive_workers, args.naive_threads, Path(tmp) / "naive.log"))
+            peers[1].wait_ready()
+            for i, (workload, concurrency) in enumerate((w, c) for w in workloads for c in concurrencies):
+                model, seq_len = WORKLOADS[workload]
+                spec = ModelSpec.from_manifest(read_manifest(folders[model]))
+                body = request_body(sample_inputs(spec, 1, seq_len), spec)
+                for peer in peers if i % 2 == 0 else peers[::-1]:  # alternate, so drift hits both alike
+                    cells.append(measure(peer, workload, model, body, concurrency, args.warmup, args.seconds))
+        finally:
+            for peer in peers:
+                peer.stop()
+    return cells
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    print(f"cores: {os.cpu_count()}  load average before: {os.getloadavg()}", flush=True)
+    cells = run(args)
+    print_table(cells)
+    if args.json:
+        args.json.write_text(json.dumps([asdict(c) for c in cells], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
