@@ -5,12 +5,12 @@ from __future__ import annotations
 import sqlite3
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from controlplane.rollout.changes import ChangeSignal, DirectoryWatch
+from tests.servers import wait_until
 
 
 def _database(path: Path) -> sqlite3.Connection:
@@ -69,7 +69,4 @@ def test_the_reconciler_applies_another_processs_write_without_being_woken(app, 
         assert other.total_changes == 1
     finally:
         other.close()
-    deadline = time.monotonic() + 10
-    while engine.batching.max_queue_size != 9:
-        assert time.monotonic() < deadline, "the reconciler never applied the other process's write"
-        time.sleep(0.01)
+    wait_until(lambda: engine.batching.max_queue_size == 9, 10, "the reconciler to apply the other process's write")
