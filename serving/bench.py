@@ -20,9 +20,6 @@ import http.client
 import json
 import math
 import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -37,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from serving.benchprocess import ServerProcess, free_port
 from serving.demo_models import DEMO_MODELS, write_demo_models
 from serving.engine import Engine, read_manifest
 from serving.errors import ServingError
@@ -292,7 +290,7 @@ def bench_engine(
     return window_row(f"engine c={threads}", w, len(w.latencies) / w.executions if w.executions else math.nan)
 
 
-class Server:
+class Server(ServerProcess):
     """The real gunicorn server (Flightdeck's gunicorn.conf.py) over a temporary home linking the demo models."""
 
     def __init__(self, store: Path, home: Path, overrides: dict[str, str] | None = None) -> None:
@@ -301,48 +299,17 @@ class Server:
             target.mkdir(parents=True, exist_ok=True)
             for item in version_dir.iterdir():
                 (target / item.name).symlink_to(item)
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
+        port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("FLIGHTDECK_", "PROMETHEUS_MULTIPROC"))}
         env.update(
-            FLIGHTDECK_HOME=str(home), FLIGHTDECK_HOST="127.0.0.1", FLIGHTDECK_PORT=str(self.port),
+            FLIGHTDECK_HOME=str(home), FLIGHTDECK_HOST="127.0.0.1", FLIGHTDECK_PORT=str(port),
             FLIGHTDECK_LOG_SAMPLE_RATE="0", FLIGHTDECK_DEMO_MODELS="false",
             # NOTE: one worker unless asked: this bench probes one worker's CPU, RSS and statistics.
             **{"FLIGHTDECK_WORKERS": "1", **(overrides or {})},
         )  # fmt: skip
-        self.log = home / "server.log"
-        with self.log.open("wb") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "gunicorn.conf.py")],
-                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+        argv = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "gunicorn.conf.py")]
+        super().__init__("server", argv, env, port, home / "server.log")
         self._worker: int | None = None
-
-    def wait_ready(self, timeout_s: float = 120) -> None:
-        """Poll /v2/health/ready until it answers 200; raise with the server's log otherwise."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.log.read_text()[-4000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v2/health/ready", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"server not ready within {timeout_s}s:\n{self.log.read_text()[-4000:]}")
-
-    def stop(self) -> None:
-        """SIGTERM the master (it drains) and wait; SIGKILL if it does not exit."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)
 
     def worker_pid(self) -> int:
         """Return the pid of the gunicorn worker: the master's child."""

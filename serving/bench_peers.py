@@ -26,20 +26,17 @@ import http.client
 import json
 import math
 import os
-import signal
-import socket
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from contextlib import closing
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from serving.bench import CLK_TCK, closed_loop, percentile_ms, request_body, sample_inputs
+from serving.benchprocess import ServerProcess, free_port
 from serving.engine import read_manifest
 from serving.settings import BatchingSettings, RuntimeSettings, parallelism
 from serving.tensors import ModelSpec
@@ -63,13 +60,6 @@ class Cell:
     cores: float  # server process tree CPU seconds per wall second
     errors: int
     load1: float
-
-
-def free_port() -> int:
-    """Return a free loopback port."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def tree_cpu_s(root: int) -> float:
@@ -111,40 +101,8 @@ def idle_cpu(peer: Peer, seconds: float) -> dict[str, float]:
     }
 
 
-class Peer:
-    """A server process started by the benchmark: its port, its log, and how to stop it."""
-
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], port: int, log: Path, cwd: Path = ROOT) -> None:
-        self.name, self.port, self.log = name, port, log
-        with log.open("wb") as out:
-            self.process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
-
-    def wait_ready(self, timeout_s: float = 180) -> None:
-        """Poll the readiness path until it answers 200; raise with the server's log otherwise."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"{self.name} exited with {self.process.returncode}:\n{self.log.read_text()[-4000:]}"
-                )
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v2/health/ready", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"{self.name} not ready within {timeout_s}s:\n{self.log.read_text()[-4000:]}")
-
-    def stop(self) -> None:
-        """SIGTERM the master and wait; SIGKILL if it does not exit."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)
+class Peer(ServerProcess):
+    """A server process started by the benchmark, with keep-alive clients of its own."""
 
     def client(self, path: str, body: bytes) -> Client:
         """Return a call POSTing `body` to this server over its own keep-alive connection."""
