@@ -32,7 +32,7 @@ test: install
 
 bench: install
 	$(PY) -m serving.bench
-	$(PY) -m serving.bench_peers
+	$(PY) -m serving.bench_peers --workloads mlp,textcls32,textcls128  # MLServer from .venv-mlserver/, made on first use
 	$(PY) -m serving.bench_public
 	$(PY) -m controlplane.history.overhead
 	$(PY) -m controlplane.rollout.bench

@@ -1,13 +1,16 @@
-"""Flightdeck beside a naive server, in one run: `python -m serving.bench_peers`.
+"""Flightdeck beside a naive server and MLServer, in one run: `python -m serving.bench_peers`.
 
 Starts (a) Flightdeck as `make run` does (`python -m controlplane serve`, its defaults, a temporary
-HOME, a free loopback port) and (b) the naive Flask + gunicorn peer (serving.naive_server: one
-`session.run` per request) on the very .onnx files Flightdeck's registry holds, with the same ONNX
-Runtime settings. Both are driven closed-loop over HTTP with batch-1 OIP JSON requests, cell by
-cell and alternating which server goes first, then stopped. MLServer is not a peer yet (issue 13).
+HOME, a free loopback port), (b) the naive Flask + gunicorn peer (serving.naive_server: one
+`session.run` per request) and (c) MLServer 1.7 with adaptive batching (serving/peers: its own
+`.venv-mlserver/`, created on first use; a custom ONNX Runtime runtime; as many inference workers as
+Flightdeck has workers) on the very .onnx files Flightdeck's registry holds, with the same ONNX
+Runtime settings. All are driven closed-loop over HTTP with batch-1 OIP JSON requests, cell by
+cell and alternating the servers' order, then stopped. `--no-mlserver` leaves MLServer out; so does
+a venv that cannot be created (no network), with one line saying so.
 
     python -m serving.bench_peers [--workloads mlp,textcls32] [--concurrency 1,32] [--seconds 4] [--idle 10]
-                                  [--flightdeck-env FLIGHTDECK_WORKERS=1 ...] [--json PATH]
+                                  [--no-mlserver] [--flightdeck-env FLIGHTDECK_WORKERS=1 ...] [--json PATH]
 
 Before any load it waits for every Flightdeck worker to have loaded its models (keep-alive
 connections opened earlier would all stay on the first worker), then prints each process's idle
@@ -30,6 +33,7 @@ import sqlite3
 import sys
 import tempfile
 import time
+import urllib.request
 from contextlib import closing
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -38,6 +42,8 @@ from typing import Any
 from serving.bench import CLK_TCK, closed_loop, percentile_ms, request_body, sample_inputs
 from serving.benchprocess import ServerProcess, free_port
 from serving.engine import read_manifest
+from serving.peers import mlserver_peer
+from serving.runtime import requested_providers
 from serving.settings import BatchingSettings, RuntimeSettings, parallelism
 from serving.tensors import ModelSpec
 
@@ -186,6 +192,45 @@ def start_naive(models: dict[str, Path], workers: int, threads: int, log: Path) 
     return Peer("naive", argv, env, port, log, cwd=log.parent)
 
 
+def mlserver_settings() -> tuple[dict[str, Any], dict[str, Any]]:
+    """Return MLServer's adaptive batching and its runtime's ONNX Runtime settings: Flightdeck's defaults."""
+    runtime, batching = RuntimeSettings(), BatchingSettings()
+    _, intra = parallelism(runtime, batching, on_gpu=False)
+    adaptive = {"max_batch_size": batching.max_batch_size, "max_batch_time": batching.max_queue_delay_ms / 1000}
+    ort_settings = {
+        "intra_op_threads": intra, "inter_op_threads": runtime.inter_op_threads,
+        "graph_optimization": runtime.graph_optimization, "allow_spinning": runtime.allow_spinning,
+        "enable_cpu_mem_arena": runtime.enable_cpu_mem_arena, "enable_mem_pattern": runtime.enable_mem_pattern,
+        "providers": [p if isinstance(p, str) else p[0] for p in requested_providers(runtime)],
+    }  # fmt: skip
+    return adaptive, ort_settings
+
+
+def start_mlserver(venv: Path, models: dict[str, Path], workers: int, folder: Path) -> Peer:
+    """Start MLServer from `venv` on `models`, with `workers` inference processes and mlserver_settings()."""
+    ports = {"http_port": free_port(), "grpc_port": free_port(), "metrics_port": free_port()}
+    adaptive, ort_settings = mlserver_settings()
+    repository = mlserver_peer.write_repository(folder, models, ports, workers, adaptive, ort_settings)
+    argv, env = mlserver_peer.command(venv, repository)
+    return Peer("mlserver", argv, env, ports["http_port"], folder.parent / "mlserver.log", cwd=repository)
+
+
+def wait_models_ready(peer: Peer, names: list[str], timeout_s: float = 180) -> None:
+    """Poll /v2/models/{name}/ready for each model (a server's own readiness may come before its models')."""
+    deadline = time.monotonic() + timeout_s
+    for name in names:
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{peer.port}/v2/models/{name}/ready", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if peer.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{peer.name}: model {name} not ready:\n{peer.log.read_text()[-4000:]}")
+            time.sleep(0.1)
+
+
 def registry_models(home: Path, names: set[str]) -> dict[str, Path]:
     """Return each named model's version-1 folder in Flightdeck's registry (what it serves after a first start)."""
     found = {}
@@ -223,20 +268,20 @@ def measure(
 
 
 def print_table(cells: list[Cell]) -> None:
-    """Print every cell, then Flightdeck ÷ naive per workload and concurrency."""
+    """Print every cell, then Flightdeck ÷ each peer per workload and concurrency."""
     print(f"{'workload':<11}{'c':>4} {'server':<11}{'req/s':>8}{'p50 ms':>8}{'p99 ms':>8}{'CPU µs/req':>11}"
           f"{'cores':>7}{'errors':>7}{'load1':>7}")  # fmt: skip
     for c in cells:
         print(f"{c.workload:<11}{c.concurrency:>4} {c.server:<11}{c.rps:>8.0f}{c.p50_ms:>8.2f}{c.p99_ms:>8.2f}"
               f"{c.cpu_us:>11.0f}{c.cores:>7.2f}{c.errors:>7}{c.load1:>7.2f}")  # fmt: skip
-    print("\nFlightdeck ÷ naive (req/s ratio; p50 difference; CPU per request ratio)")
     by_key = {(c.workload, c.concurrency, c.server): c for c in cells}
-    for workload, concurrency in dict.fromkeys((c.workload, c.concurrency) for c in cells):
-        fd, nv = by_key.get((workload, concurrency, "flightdeck")), by_key.get((workload, concurrency, "naive"))
-        if fd and nv and nv.rps:
-            print(f"{workload:<11}{concurrency:>4}  req/s x{fd.rps / nv.rps:.2f}   p50 {fd.p50_ms - nv.p50_ms:+.2f} ms"
-                  f"   CPU/req x{fd.cpu_us / nv.cpu_us:.2f}")  # fmt: skip
-    print("MLServer is not measured here yet (issue 13 asks for it in its own virtual environment).")
+    for peer in dict.fromkeys(c.server for c in cells if c.server != "flightdeck"):
+        print(f"\nFlightdeck ÷ {peer} (req/s ratio; p50 difference; CPU per request ratio)")
+        for workload, concurrency in dict.fromkeys((c.workload, c.concurrency) for c in cells):
+            fd, other = by_key.get((workload, concurrency, "flightdeck")), by_key.get((workload, concurrency, peer))
+            if fd and other and other.rps:
+                print(f"{workload:<11}{concurrency:>4}  req/s x{fd.rps / other.rps:.2f}"
+                      f"   p50 {fd.p50_ms - other.p50_ms:+.2f} ms   CPU/req x{fd.cpu_us / other.cpu_us:.2f}")  # fmt: skip
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -250,6 +295,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--idle", type=float, default=10.0, help="seconds of idle CPU measured on Flightdeck first (0: skip)"
     )
+    p.add_argument("--no-mlserver", action="store_true", help="leave MLServer out (it needs .venv-mlserver/)")
     p.add_argument("--flightdeck-env", action="append", default=[], metavar="FLIGHTDECK_X=VALUE",
                    help="run Flightdeck with this setting changed (repeatable); the defaults otherwise")  # fmt: skip
     p.add_argument("--json", type=Path, help="also write the cells as JSON here")
@@ -257,13 +303,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> list[Cell]:
-    """Start both servers, measure every cell, stop both; return the cells."""
+    """Start the servers, measure every cell, stop them; return the cells."""
     workloads = [w for w in args.workloads.split(",") if w]
     unknown = set(workloads) - set(WORKLOADS)
     if unknown:
         raise SystemExit(f"unknown workloads {sorted(unknown)}; choose from {', '.join(WORKLOADS)}")
     concurrencies = [int(c) for c in args.concurrency.split(",") if c]
     cells: list[Cell] = []
+    # NOTE: before Flightdeck starts, so that a first pip install does not run during its measurements.
+    venv = None if args.no_mlserver else mlserver_peer.ensure_venv()
     with tempfile.TemporaryDirectory(prefix="flightdeck-peers-") as tmp:
         peers: list[Peer] = []
         try:
@@ -281,6 +329,11 @@ def run(args: argparse.Namespace) -> list[Cell]:
             models = {name: folder / "model.onnx" for name, folder in folders.items()}
             peers.append(start_naive(models, args.naive_workers, args.naive_threads, Path(tmp) / "naive.log"))
             peers[1].wait_ready()
+            if venv is not None:
+                peers.append(start_mlserver(venv, models, workers, Path(tmp) / "mlserver"))
+                wait_models_ready(peers[2], list(models))
+                adaptive, _ = mlserver_settings()
+                print(f"MLServer: {workers} inference worker(s), adaptive batching {adaptive}", flush=True)
             for i, (workload, concurrency) in enumerate((w, c) for w in workloads for c in concurrencies):
                 model, seq_len = WORKLOADS[workload]
                 spec = ModelSpec.from_manifest(read_manifest(folders[model]))

@@ -111,13 +111,44 @@ def test_the_peer_bench_drives_a_real_naive_server_and_stops_it(tmp_path, demo_s
     assert cell.cpu_us > 0 and cell.server == "naive"
 
 
-def test_the_peer_table_prints_flightdeck_over_naive(capsys) -> None:
+def test_the_peer_table_prints_flightdeck_over_each_peer(capsys) -> None:
     from serving.bench_peers import Cell, print_table
 
     cells = [
         Cell("mlp", 32, "flightdeck", 300.0, 2.0, 4.0, 900.0, 1.0, 0, 0.1),
         Cell("mlp", 32, "naive", 600.0, 1.5, 3.0, 300.0, 1.0, 0, 0.1),
+        Cell("mlp", 32, "mlserver", 200.0, 3.0, 6.0, 1800.0, 1.0, 0, 0.1),
     ]
     print_table(cells)
-    out = capsys.readouterr().out
-    assert "req/s x0.50" in out and "p50 +0.50 ms" in out and "CPU/req x3.00" in out
+    naive, mlserver = capsys.readouterr().out.split("Flightdeck ÷ naive")[1].split("Flightdeck ÷ mlserver")
+    assert "req/s x0.50" in naive and "p50 +0.50 ms" in naive and "CPU/req x3.00" in naive
+    assert "req/s x1.50" in mlserver and "p50 -1.00 ms" in mlserver and "CPU/req x0.50" in mlserver
+
+
+def test_mlserver_gets_flightdecks_batching_and_onnx_runtime_settings(tmp_path) -> None:
+    """MLServer's repository: adaptive batching 32 / 2 ms, our worker count and session settings, its ports."""
+    from serving.bench_peers import mlserver_settings
+    from serving.peers import mlserver_peer
+    from serving.settings import BatchingSettings, RuntimeSettings, parallelism
+
+    adaptive, ort_settings = mlserver_settings()
+    assert adaptive == {"max_batch_size": 32, "max_batch_time": 0.002}  # MLServer counts seconds
+    assert ort_settings["intra_op_threads"] == parallelism(RuntimeSettings(), BatchingSettings(), on_gpu=False)[1]
+    ports = {"http_port": 1, "grpc_port": 2, "metrics_port": 3}
+    onnx_file = tmp_path / "mlp.onnx"
+    root = mlserver_peer.write_repository(tmp_path / "repo", {"mlp": onnx_file}, ports, 2, adaptive, ort_settings)
+    server = json.loads((root / "settings.json").read_text())
+    assert server["parallel_workers"] == 2 and server["host"] == "127.0.0.1" and server["grpc_port"] == 2
+    model = json.loads((root / "mlp" / "model-settings.json").read_text())
+    assert model["implementation"] == "mlserver_onnx.OnnxRuntimeModel" and model["max_batch_time"] == 0.002
+    assert model["parameters"]["uri"] == str(onnx_file) and model["parameters"]["extra"] == ort_settings
+
+
+def test_a_venv_that_cannot_be_made_skips_mlserver_with_one_line(tmp_path, capsys) -> None:
+    from serving.peers import mlserver_peer
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    assert mlserver_peer.ensure_venv(blocker / "venv") is None
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1].startswith("MLServer: skipped, could not create venv/")
