@@ -3,7 +3,11 @@
 Requests wait in groups of mergeable shapes (serving.assembly). Dispatch rule: the oldest request's
 group leaves when it is full, when that request has waited `max_queue_delay`, or at once when an
 executor was idle (nothing queued, nothing to wait for), so a lightly loaded engine never pays the
-batching window. Before its delay, any group leaves once it is full or can form one of the
+batching window. Quieter still: a caller who will wait for its own answer (`submit(...,
+caller_runs=True)`) and finds nothing queued or running, after `INLINE_AFTER` requests in a row that
+found the same, runs its request itself in `result`, sparing two thread hand-offs; it counts as one
+of the `instances` runs. Under concurrent load requests find others queued or running, so they keep
+being batched by the executors. Before its delay, any group leaves once it is full or can form one of the
 preferred batch sizes (the largest it can; Triton's `preferred_batch_size`). Because the oldest
 request's group always goes first once due, a rare shape is never starved by a common one.
 
@@ -44,6 +48,9 @@ from serving.tensors import ModelSpec
 
 log = logging.getLogger(__name__)
 
+# A caller runs its own request once this many requests in a row found the batcher idle (see Batcher.submit).
+INLINE_AFTER = 8
+
 
 class _State(enum.Enum):
     QUEUED = 1
@@ -63,6 +70,7 @@ class Pending:
     deadline: float
     future: Future = field(default_factory=Future)
     state: _State = _State.QUEUED
+    inline: bool = False  # admitted to run in the caller's thread, in Batcher.result
     queue_s: float = 0.0
     compute_s: float = 0.0
     batch_size: int = 0
@@ -99,7 +107,12 @@ class Batcher:
         self._clock = clock
         self._queue: list[Pending] = []
         self._queued_samples = 0
-        self._running = 0
+        self._running = 0  # batches running: in executors and inline in callers' threads
+        self._instances = max(1, instances)
+        self._idle_waiters = 0  # callers of wait_idle and close, woken when the last run ends
+        # Requests in a row that found nothing queued or running; callers run inline only after
+        # INLINE_AFTER of them, so one burst of load goes back to batching in the executors.
+        self._idle_arrivals = INLINE_AFTER
         self._closing = False
         self._cond = threading.Condition()
         self._per_sample_s = 0.0  # moving average, for Retry-After
@@ -109,8 +122,7 @@ class Batcher:
         self._created_at = self._depth_since = self._window_start = clock()
         self.stats = BatcherStats()
         self._threads = [
-            threading.Thread(target=self._loop, name=f"batcher-{name}-{i}", daemon=True)
-            for i in range(max(1, instances))
+            threading.Thread(target=self._loop, name=f"batcher-{name}-{i}", daemon=True) for i in range(self._instances)
         ]
         for thread in self._threads:
             thread.start()
@@ -131,10 +143,20 @@ class Batcher:
     def wait_idle(self, timeout_s: float) -> bool:
         """Block until nothing is queued or running (callbacks on finished requests included)."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._queue and self._running == 0, timeout_s)
+            self._idle_waiters += 1
+            try:
+                return self._cond.wait_for(lambda: not self._queue and self._running == 0, timeout_s)
+            finally:
+                self._idle_waiters -= 1
 
-    def submit(self, tensors: dict[str, np.ndarray], batch: int, seq_len: int, timeout_s: float) -> Pending:
-        """Admit a validated request or refuse it at once (Overloaded / Unavailable)."""
+    def submit(
+        self, tensors: dict[str, np.ndarray], batch: int, seq_len: int, timeout_s: float, *, caller_runs: bool = False
+    ) -> Pending:
+        """Admit a validated request or refuse it at once (Overloaded / Unavailable).
+
+        With `caller_runs`, the caller promises to call `result`, which then runs the request itself
+        when it found nothing queued or running, as had the `INLINE_AFTER` requests before it.
+        """
         now = self._clock()
         if batch > self.max_batch_size:
             raise InvalidInput(f"batch size {batch} is over the limit of {self.max_batch_size} for '{self._spec.name}'")
@@ -153,6 +175,13 @@ class Batcher:
                 )
             group = group_key(self._spec, tensors, self._spec.bucket_of(seq_len))
             pending = Pending(tensors, batch, seq_len, group, now, now + timeout_s)
+            idle = not self._queue and not self._running
+            self._idle_arrivals = self._idle_arrivals + 1 if idle else 0
+            if caller_runs and idle and self._idle_arrivals > INLINE_AFTER:
+                # NOTE: what an idle executor would have done at once, without the two thread hand-offs.
+                pending.state, pending.inline = _State.RUNNING, True
+                self._running += 1
+                return pending
             self._depth_changing(now)
             self._queue.append(pending)
             self._queued_samples += batch
@@ -165,6 +194,20 @@ class Batcher:
 
     def result(self, pending: Pending) -> dict[str, np.ndarray]:
         """Wait for a request's outputs; a request still queued at its deadline is never run."""
+        if pending.inline:
+            try:
+                if self._clock() >= pending.deadline:  # as an executor would: past its deadline, never run
+                    with self._cond:
+                        self._expire(pending)
+                else:
+                    self._execute([pending])
+            finally:
+                with self._cond:
+                    self._running -= 1
+                    # NOTE: waking idle executors for nothing would cost more CPU than the hand-off saved.
+                    if self._queue or self._idle_waiters:
+                        self._cond.notify_all()
+            return pending.future.result()
         try:
             return pending.future.result(timeout=max(0.0, pending.deadline - self._clock()))
         except FutureTimeout:
@@ -220,7 +263,13 @@ class Batcher:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         for thread in self._threads:
             thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        return not any(t.is_alive() for t in self._threads)
+        with self._cond:  # inline runs in callers' threads finish too
+            self._idle_waiters += 1
+            idle = self._cond.wait_for(
+                lambda: self._running == 0, None if deadline is None else max(0.0, deadline - time.monotonic())
+            )
+            self._idle_waiters -= 1
+        return idle and not any(t.is_alive() for t in self._threads)
 
     # -- executors -----------------------------------------------------------------------
 
@@ -248,6 +297,11 @@ class Batcher:
                 if self._closing:
                     return None
                 was_idle = True
+                self._cond.wait()
+                continue
+            if self._running >= self._instances:
+                # Inline runs hold every instance: wait as a busy executor would, then batch what gathered.
+                was_idle = False
                 self._cond.wait()
                 continue
             groups: dict[GroupKey, list[Pending]] = {}

@@ -456,9 +456,12 @@ class Engine:
         default = loaded.config.default_timeout_s
         # A client may shorten its deadline, never lengthen it past the server's default.
         timeout = default if timeout_s is None else min(timeout_s, default)
-        pending = loaded.batcher.submit(tensors, batch, seq_len, timeout)
-        shadow = self._mirror(name, loaded, tensors, batch, seq_len, timeout) if version is None else None
-        outputs = loaded.batcher.result(pending)
+        # NOTE: this thread waits for the answer anyway, so an idle batcher lets it run the batch itself.
+        pending = loaded.batcher.submit(tensors, batch, seq_len, timeout, caller_runs=True)
+        try:
+            shadow = self._mirror(name, loaded, tensors, batch, seq_len, timeout) if version is None else None
+        finally:
+            outputs = loaded.batcher.result(pending)
         if shadow is not None:
             target, copy = shadow
             # NOTE: compared when the copy finishes, in whichever thread that is; the caller never waits for it.

@@ -146,7 +146,8 @@ ShapeKey = tuple[tuple[str, tuple[int, ...]], ...]
 
 def shape_key(inputs: dict[str, object]) -> ShapeKey:
     """Return the input shapes of a run, by input name."""
-    return tuple(sorted((name, tuple(int(d) for d in getattr(value, "shape", ()))) for name, value in inputs.items()))
+    # NOTE: a numpy shape is already a tuple of ints; this runs once per model run, so nothing more is built.
+    return tuple(sorted((name, tuple(getattr(value, "shape", ()))) for name, value in inputs.items()))
 
 
 class _ArenaMeter:

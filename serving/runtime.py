@@ -65,6 +65,10 @@ def session_options(settings: RuntimeSettings) -> ort.SessionOptions:
     return options
 
 
+# Options of every ordinary run, built once: read-only while runs use them.
+_QUIET_RUN = ort.RunOptions()
+_QUIET_RUN.log_severity_level = 4
+
 # ONNX Runtime run option that shrinks the listed arenas at the end of that run ("cpu:0;gpu:1").
 ARENA_SHRINK_KEY = "memory.enable_memory_arena_shrinkage"
 
@@ -95,18 +99,17 @@ class Session:
         """Run one batch and return outputs by name; a failure raises ONNX Runtime's own exception."""
         # NOTE: ONNX Runtime would log a failed run's message itself, values of every request in the
         # batch included; the batcher logs failures once, per request, without other requests' data.
-        options = ort.RunOptions()
-        options.log_severity_level = 4
         with self._gate:
             while self._shrinking:
                 self._gate.wait()
             self._running += 1
         try:
-            values = self.ledger.run(shape_key(inputs), lambda: self.session.run(self.output_names, inputs, options))
+            values = self.ledger.run(shape_key(inputs), lambda: self.session.run(self.output_names, inputs, _QUIET_RUN))
         finally:
             with self._gate:
                 self._running -= 1
-                self._gate.notify_all()
+                if self._shrinking:  # only a shrink waits on the runs in flight
+                    self._gate.notify_all()
         return dict(zip(self.output_names, values))
 
     def arena_devices(self) -> list[str]:

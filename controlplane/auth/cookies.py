@@ -20,8 +20,11 @@ class SessionCookies(SecureCookieSessionInterface):
 
     def open_session(self, app: Flask, request: Request) -> SecureCookieSession | None:
         """Return an empty session at once when the request has no cookie (every API and inference client)."""
-        # NOTE: Flask builds a signing serializer for every request before it looks at the cookie.
-        if app.secret_key and self.get_cookie_name(app) not in request.cookies:
+        # NOTE: Flask builds a signing serializer for every request before it looks at the cookie, and
+        # request.cookies walks every header even when there is no Cookie header at all.
+        if app.secret_key and (
+            "HTTP_COOKIE" not in request.environ or self.get_cookie_name(app) not in request.cookies
+        ):
             return self.session_class()
         return super().open_session(app, request)
 

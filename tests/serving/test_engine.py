@@ -137,9 +137,9 @@ def test_client_timeout_can_only_shorten_the_default(demo_store: Path) -> None:
     seen = []
     original = loaded.batcher.submit
 
-    def spy(tensors, batch, seq_len, timeout_s):
+    def spy(tensors, batch, seq_len, timeout_s, **options):
         seen.append(timeout_s)
-        return original(tensors, batch, seq_len, timeout_s)
+        return original(tensors, batch, seq_len, timeout_s, **options)
 
     loaded.batcher.submit = spy  # observe the deadline the engine hands the batcher
     engine.infer("mlp", mlp_input(), timeout_s=60.0)
