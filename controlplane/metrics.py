@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import glob
 import os
+import threading
+from typing import TYPE_CHECKING
 
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
 from serving.batching import Outcome
+from serving.errors import ModelNotFound
 from serving.telemetry import sample_gpus
+
+if TYPE_CHECKING:
+    from serving.engine import Engine
 
 _SLOT = ("model", "version", "slot")
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -165,3 +171,37 @@ def render() -> bytes:
         registry.register(_SettledFilesCollector(path))
         return generate_latest(registry)
     return generate_latest(DEFAULT_REGISTRY)
+
+
+class ServingGauges:
+    """Publish what this process serves (model info, traffic weights); what it stopped serving drops to 0.
+
+    NOTE: both gauges are `livemax` over processes, so a process must lower a label it no longer
+    serves (a replaced version, an undeployed model) or the old value would stand for ever.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._info: set[tuple[str, str, str, str]] = set()
+        self._weights: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+
+    def publish(self) -> None:
+        """Set the gauges from the engine now (after a reconcile pass and before each scrape)."""
+        with self._lock:
+            info = {(v.spec.name, v.spec.version, v.slot, v.provider) for v in self._engine.loaded()}
+            weights: dict[tuple[str, str], int] = {}
+            for name in self._engine.models():
+                try:
+                    weights.update({(name, slot): w for slot, w in self._engine.weights(name).items()})
+                except ModelNotFound:  # unloaded since models() answered
+                    continue
+            for labels in self._info - info:
+                MODEL_INFO.labels(*labels).set(0)
+            for labels in info:
+                MODEL_INFO.labels(*labels).set(1)
+            for key in self._weights - weights.keys():
+                TRAFFIC_WEIGHT.labels(*key).set(0)
+            for key, weight in weights.items():
+                TRAFFIC_WEIGHT.labels(*key).set(weight)
+            self._info, self._weights = info, set(weights)

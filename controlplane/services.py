@@ -54,13 +54,12 @@ class Services:
     locate: Callable[[str, str], Path]
     alerts: AlertEvaluator
     runbooks: RunbookRunner
+    serving_gauges: metrics.ServingGauges
 
     def refresh_gauges(self) -> None:
-        """Publish readiness, traffic weights and GPU readings (called before each scrape)."""
+        """Publish readiness, what is served, traffic weights and GPU readings (called before each scrape)."""
         metrics.ENGINE_READY.set(1 if self.engine.ready() else 0)
-        for name in self.engine.models():
-            for slot, weight in self.engine.weights(name).items():
-                metrics.TRAFFIC_WEIGHT.labels(name, slot).set(weight)
+        self.serving_gauges.publish()
         metrics.update_gpu_gauges()
 
     def advance_rollouts(self) -> list[str]:
@@ -118,9 +117,7 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
     def locate(name: str, version: str) -> Path:
         return version_folder(settings, sessions, name, version)
 
-    def published(name: str, version: str, slot: str, provider: str) -> None:
-        metrics.MODEL_INFO.labels(name, version, slot, provider).set(1)
-
+    serving_gauges = metrics.ServingGauges(engine)
     reconciler = Reconciler(
         engine,
         sessions,
@@ -128,7 +125,7 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         process,
         poll_s=settings.reconcile_poll_ms / 1000,
         models=only or None,  # the served set is the deployments table; this node may take part of it
-        on_loaded=published,
+        on_changed=serving_gauges.publish,
     )
     reconciler.start()  # the first pass is synchronous: the models are loaded before the app serves
     sampler = HistorySampler(engine, sessions, process=process)
@@ -145,7 +142,18 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         run_automatic=alert_runner(runbooks),
     )
     services = Services(
-        settings, engine, db, sessions, None, HistoryService(sessions), sampler, reconciler, locate, evaluator, runbooks
+        settings,
+        engine,
+        db,
+        sessions,
+        None,
+        HistoryService(sessions),
+        sampler,
+        reconciler,
+        locate,
+        evaluator,
+        runbooks,
+        serving_gauges,
     )
     if settings.scheduler if start_scheduler is None else start_scheduler:
         scheduler = LeaderScheduler(sessions, settings.lease_ttl_s)

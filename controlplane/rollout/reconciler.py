@@ -51,7 +51,7 @@ class Reconciler:
         process: str,
         poll_s: float = 0.25,
         models: set[str] | None = None,
-        on_loaded: Callable[[str, str, str, str], None] | None = None,
+        on_changed: Callable[[], None] | None = None,
     ) -> None:
         self._engine = engine
         self._sessions = sessions
@@ -59,7 +59,7 @@ class Reconciler:
         self._process = process
         self._poll_s = poll_s
         self._models = models  # None: every deployment; else only these on this node (FLIGHTDECK_LOAD_MODELS)
-        self._on_loaded = on_loaded
+        self._on_changed = on_changed  # after a pass that loaded, replaced or unloaded something
         # model -> (generation, updated_at) last applied. NOTE: updated_at too, because an undeploy and a new
         # first deploy between two polls restart the generation at 1, which alone could look already applied.
         self._applied: dict[str, tuple[int, object]] = {}
@@ -166,6 +166,8 @@ class Reconciler:
                 session.commit()
             if reported is not None:
                 self._reported, self._reported_at = reported, time.monotonic()
+            if (changed or gone) and self._on_changed is not None:
+                self._on_changed()
             return len(changed) + len(gone)
 
     def _remove(self, session: Session, model: str) -> None:
@@ -295,8 +297,6 @@ class Reconciler:
             log.error(why)
             self._failed[(model, slot, version)] = why
             return why
-        if self._on_loaded is not None:
-            self._on_loaded(model, version, slot, loaded.provider)
         return ""
 
     def _reload(self, model: str, slot: str, version: str) -> tuple[str | None, str, str]:

@@ -133,6 +133,26 @@ def test_a_restart_serves_exactly_the_stored_set(app_config: dict, home: Path) -
         second.extensions["flightdeck"].shutdown(5)
 
 
+def metric(client: FlaskClient, name: str, **labels: str) -> float | None:
+    """Return one series' value from /metrics (labels must all match), or None when it is absent."""
+    text = client.get("/metrics").get_data(as_text=True)
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_the_metrics_stop_showing_what_is_no_longer_served(app: Flask, client: FlaskClient, operator: dict) -> None:
+    # NOTE: the gauges are livemax over processes: a label left at 1 would show textcls served for ever.
+    assert metric(client, "flightdeck_model_info", model="textcls", version="1", slot="blue") == 1.0
+    assert metric(client, "flightdeck_traffic_weight", model="textcls", slot="blue") == 100.0
+    assert client.post("/api/models/textcls/undeploy", headers=operator).status_code == 200
+    app.extensions["flightdeck"].reconciler.reconcile()
+    assert metric(client, "flightdeck_model_info", model="textcls", version="1", slot="blue") == 0.0
+    assert metric(client, "flightdeck_traffic_weight", model="textcls", slot="blue") == 0.0
+    assert metric(client, "flightdeck_model_info", model="mlp", version="1", slot="blue") == 1.0
+
+
 def test_a_node_with_nothing_deployed_is_ready(
     app: Flask, client: FlaskClient, operator: dict, app_config: dict
 ) -> None:
