@@ -180,6 +180,11 @@ class Settings:
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
 
     @property
+    def served_models(self) -> frozenset[str]:
+        """Return the models FLIGHTDECK_LOAD_MODELS names for this node (empty: every deployed model)."""
+        return frozenset(name.strip() for name in self.load_models.split(",") if name.strip())
+
+    @property
     def worker_count(self) -> int:
         """Return gunicorn's worker count: explicit, or one per core up to 4 (memory grows with each)."""
         return self.workers or min(os.cpu_count() or 1, 4)

@@ -21,6 +21,7 @@ from controlplane.config import Settings
 log = logging.getLogger(__name__)
 
 LEGACY_STORE = "models"  # HOME/models: the store before the registry; read once, then moved aside
+Stored = set[tuple[str, str]]  # (name, version) pairs the registry holds after a push
 
 
 def prepare_home(settings: Settings) -> None:
@@ -75,11 +76,22 @@ def _nothing_stored(sessions: sessionmaker[Session]) -> bool:
     return version is None and deployment is None
 
 
-def _deploy_first(sessions: sessionmaker[Session], versions: dict[str, str]) -> list[str]:
-    """Create a deployment (version in blue, all traffic) for each model that has none; audited as the system."""
+def _push_store(settings: Settings, sessions: sessionmaker[Session], store: Path) -> tuple[dict[str, str], Stored]:
+    """Push a plain store's versions as the system; return each model's first version and the (name, version) stored."""
+    from controlplane.registry.service import Registry
+    from controlplane.rollout.audit import system_audit
+
+    first = _first_versions(store)
+    pushed = Registry.for_settings(sessions, settings).register_store(store, audit=system_audit)
+    return first, {(row.name, row.version) for row, _ in pushed}
+
+
+def _deploy_first(sessions: sessionmaker[Session], first: dict[str, str], stored: Stored) -> list[str]:
+    """Create a deployment (first version in blue, all traffic) for each stored model that has none; audited."""
     from controlplane.rollout.audit import system_audit
     from controlplane.rollout.deployments import ensure_deployments
 
+    versions = {name: v for name, v in first.items() if (name, v) in stored}
     with sessions() as session, session.begin():
         return ensure_deployments(session, versions, audit=system_audit)
 
@@ -92,20 +104,15 @@ def migrate_legacy_store(settings: Settings, sessions: sessionmaker[Session]) ->
     A version that fails the registry's checks is logged and left in the moved folder. Return the
     models migrated.
     """
-    from controlplane.registry.service import Registry
-    from controlplane.rollout.audit import system_audit
-
     store = settings.home / LEGACY_STORE
     if not store.is_dir():
         return []
-    first = _first_versions(store)
     fresh = _nothing_stored(sessions)
-    pushed = Registry.for_settings(sessions, settings).register_store(store, audit=system_audit)
-    stored = {(row.name, row.version) for row, _ in pushed}
+    first, stored = _push_store(settings, sessions, store)
     moved = _move_aside(store)
     log.info("migrated %d version(s) from %s into the registry; the folder is now %s", len(stored), store, moved)
     if fresh:
-        _deploy_first(sessions, {name: v for name, v in first.items() if (name, v) in stored})
+        _deploy_first(sessions, first, stored)
     return sorted({name for name, _ in stored})
 
 
@@ -115,23 +122,20 @@ def seed_demo_models(settings: Settings, sessions: sessionmaker[Session], built:
     `built`: a folder where the demo models were already written (the tests build them once);
     by default they are written to a scratch folder under HOME/tmp and removed after the push.
     """
-    from controlplane.registry.service import Registry
-    from controlplane.rollout.audit import system_audit
     from serving.demo_models import write_demo_models
 
     if not settings.demo_models or not _nothing_stored(sessions):
         return []
-    scratch = Path(tempfile.mkdtemp(prefix="demo-", dir=settings.home / "tmp"))
-    try:
-        source = built or scratch
-        if built is None:
+    if built is not None:
+        first, stored = _push_store(settings, sessions, built)
+    else:
+        scratch = Path(tempfile.mkdtemp(prefix="demo-", dir=settings.home / "tmp"))
+        try:
             write_demo_models(scratch)
-        first = _first_versions(source)
-        pushed = Registry.for_settings(sessions, settings).register_store(source, audit=system_audit)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    stored = {(row.name, row.version) for row, _ in pushed}
-    return _deploy_first(sessions, {name: v for name, v in first.items() if (name, v) in stored})
+            first, stored = _push_store(settings, sessions, scratch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return _deploy_first(sessions, first, stored)
 
 
 def prepare_store(settings: Settings, sessions: sessionmaker[Session]) -> None:

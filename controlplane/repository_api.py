@@ -69,7 +69,7 @@ def model_state(session: Session, engine: Engine, process: str, name: str, serve
 
 
 def _serves_here(name: str) -> bool:
-    only = {n.strip() for n in _services().settings.load_models.split(",") if n.strip()}
+    only = _services().settings.served_models
     return not only or name in only
 
 

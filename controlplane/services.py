@@ -112,7 +112,6 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
     # NOTE: under gunicorn the master's `prepare` child already did this, so each worker finds nothing to do.
     prepare_store(settings, sessions)
     process = f"{socket.gethostname()}:{os.getpid()}"
-    only = {name.strip() for name in settings.load_models.split(",") if name.strip()}
 
     def locate(name: str, version: str) -> Path:
         return version_folder(settings, sessions, name, version)
@@ -124,7 +123,8 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         locate,
         process,
         poll_s=settings.reconcile_poll_ms / 1000,
-        models=only or None,  # the served set is the deployments table; this node may take part of it
+        # The served set is the deployments table; this node may take part of it.
+        models=set(settings.served_models) or None,
         on_changed=serving_gauges.publish,
     )
     reconciler.start()  # the first pass is synchronous: the models are loaded before the app serves

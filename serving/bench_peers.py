@@ -33,7 +33,6 @@ import sqlite3
 import sys
 import tempfile
 import time
-import urllib.request
 from contextlib import closing
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -216,19 +215,10 @@ def start_mlserver(venv: Path, models: dict[str, Path], workers: int, folder: Pa
 
 
 def wait_models_ready(peer: Peer, names: list[str], timeout_s: float = 180) -> None:
-    """Poll /v2/models/{name}/ready for each model (a server's own readiness may come before its models')."""
+    """Wait for /v2/models/{name}/ready of each model (a server's own readiness may come before its models')."""
     deadline = time.monotonic() + timeout_s
     for name in names:
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{peer.port}/v2/models/{name}/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if peer.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{peer.name}: model {name} not ready:\n{peer.log.read_text()[-4000:]}")
-            time.sleep(0.1)
+        peer.wait_ready(deadline - time.monotonic(), path=f"/v2/models/{name}/ready")
 
 
 def registry_models(home: Path, names: set[str]) -> dict[str, Path]:

@@ -27,8 +27,8 @@ class ServerProcess:
         with log.open("wb") as out:
             self.process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
 
-    def wait_ready(self, timeout_s: float = 180) -> None:
-        """Poll /v2/health/ready until it answers 200; raise with the server's log otherwise."""
+    def wait_ready(self, timeout_s: float = 180, path: str = "/v2/health/ready") -> None:
+        """Poll `path` until it answers 200; raise with the server's log otherwise."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -36,13 +36,13 @@ class ServerProcess:
                     f"{self.name} exited with {self.process.returncode}:\n{self.log.read_text()[-4000:]}"
                 )
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v2/health/ready", timeout=2) as r:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as r:
                     if r.status == 200:
                         return
             except OSError:
                 pass
             time.sleep(0.1)
-        raise RuntimeError(f"{self.name} not ready within {timeout_s}s:\n{self.log.read_text()[-4000:]}")
+        raise RuntimeError(f"{self.name} not ready at {path} within {timeout_s:g}s:\n{self.log.read_text()[-4000:]}")
 
     def stop(self) -> None:
         """SIGTERM the master (it drains) and wait; SIGKILL if it does not exit."""

@@ -79,20 +79,17 @@ def triton_config(spec: ModelSpec, config: ModelConfig, on_gpu: bool) -> dict[st
             },
         },
     }
-    if not config.combine:
-        # NOTE: Triton has no dynamic batcher without merging; the queue policy still applies here,
-        # so it stays, with no preferred sizes and no delay.
-        result["dynamic_batching"]["preferred_batch_size"] = []
     if spec.sequence_buckets:
         result["parameters"] = {"sequence_buckets": {"string_value": ",".join(map(str, spec.sequence_buckets))}}
     if spec.warmup:
+        types = {t.name: t.to_config(spec.batched)["data_type"] for t in spec.inputs}
         result["model_warmup"] = [
             {
                 "name": f"sample_{index}",
                 "count": int(sample.get("count", 1)),
                 "inputs": {
                     name: {
-                        "data_type": "TYPE_" + _triton_type(spec, name),
+                        "data_type": types[name],
                         "dims": list(entry["shape"]),
                         # Triton knows zero_data and random_data; "ones" is ours.
                         _FILL_KEYS[entry.get("fill", "zeros")]: True,
@@ -106,9 +103,3 @@ def triton_config(spec: ModelSpec, config: ModelConfig, on_gpu: bool) -> dict[st
 
 
 _FILL_KEYS = {"zeros": "zero_data", "random": "random_data", "ones": "ones_data"}
-
-
-def _triton_type(spec: ModelSpec, name: str) -> str:
-    """Return the Triton datatype name of one input."""
-    datatype = next(t.datatype for t in spec.inputs if t.name == name)
-    return "STRING" if datatype == "BYTES" else datatype

@@ -234,9 +234,7 @@ def fill_tensor(tensor: TensorSpec, shape: Sequence[int], fill: str, rng: np.ran
         return np.ones(shape, dtype=dtype)
     if dtype.kind == "f":
         return rng.standard_normal(shape).astype(dtype)
-    if dtype.kind == "b":
-        return rng.integers(0, 2, shape).astype(dtype)
-    # Small non-negative integers: valid token ids, indices and masks alike.
+    # Small non-negative integers (booleans alike): valid token ids, indices and masks.
     return rng.integers(0, 2, shape).astype(dtype)
 
 

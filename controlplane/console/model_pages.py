@@ -53,7 +53,7 @@ def health(deployment: dict[str, Any] | None, ready: bool, firing: list[dict[str
     if not ready:
         if failed:
             return "failing", f"not ready: {failed[0]['error'] or 'its load failed'}"
-        if not any(p["state"] == "loaded" and p["version"] for p in deployment["processes"]):
+        if not loaded_somewhere(deployment):
             # NOTE: a first deploy: no process has loaded and checked it yet.
             return "rolling", "starting: waiting for the serving processes to load it and pass its golden samples"
         return "failing", "not ready"
@@ -75,7 +75,12 @@ def model_ready(name: str, deployment: dict[str, Any] | None) -> bool:
     if name in engine.models():
         return engine.model_ready(name)
     # NOTE: not loaded here (a first deploy under way, or a node that does not serve it): go by the reports.
-    return deployment is not None and any(p["state"] == "loaded" and p["version"] for p in deployment["processes"])
+    return deployment is not None and loaded_somewhere(deployment)
+
+
+def loaded_somewhere(deployment: dict[str, Any]) -> bool:
+    """Return whether any serving process reports a version of this deployment loaded."""
+    return any(p["state"] == "loaded" and p["version"] for p in deployment["processes"])
 
 
 def live_versions(deployment: dict[str, Any] | None, figures: dict[tuple[str, str], dict]) -> list[dict[str, Any]]:

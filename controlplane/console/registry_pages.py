@@ -19,6 +19,7 @@ from controlplane.console.model_pages import (
     health,
     live_figures,
     live_versions,
+    loaded_somewhere,
     model_ready,
     model_versions,
     undeploy_words,
@@ -43,10 +44,9 @@ def serving_state(deployment: dict[str, Any] | None, ready: bool) -> str:
     """Return 'not served', 'starting' (deployed, no process serves it yet), 'failed' (its load failed) or 'served'."""
     if deployment is None:
         return "not served"
-    reports = deployment["processes"]
-    if ready or any(p["state"] == "loaded" and p["version"] for p in reports):
+    if ready or loaded_somewhere(deployment):
         return "served"
-    return "failed" if any(p["state"] == "failed" for p in reports) else "starting"
+    return "failed" if any(p["state"] == "failed" for p in deployment["processes"]) else "starting"
 
 
 def describe_model(db: Session, name: str, figures: dict, firing: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:

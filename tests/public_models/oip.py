@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -67,6 +68,26 @@ def infer_json(url: str, model: str, inputs: Inputs | list[dict[str, Any]]) -> A
         for o in body["outputs"]
     }
     return Answer(200, outputs)
+
+
+def describe(url: str, model: str) -> tuple[dict, dict]:
+    """Return the model's metadata and configuration, as Triton's HTTP client reads them."""
+    client = httpclient.InferenceServerClient(url=url.removeprefix("http://"))
+    try:
+        return client.get_model_metadata(model), client.get_model_config(model)
+    finally:
+        client.close()
+
+
+def infer_interleaved(
+    url: str,
+    model: str,
+    payloads: Sequence[Inputs],
+    senders: Sequence[Callable[..., Answer]] = (infer_json, infer_triton),
+) -> list[Answer]:
+    """Send every request at once from 32 clients, taking turns through `senders` so each way meets the others in batches."""
+    calls = [functools.partial(senders[i % len(senders)], url, model, p) for i, p in enumerate(payloads)]
+    return run_concurrently(calls, threads=32)
 
 
 def run_concurrently(calls: Sequence[Callable[[], Any]], threads: int = 32) -> list[Any]:

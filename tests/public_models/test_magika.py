@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
@@ -11,7 +9,7 @@ import tritonclient.http as httpclient
 from tests.public_models.catalogue import run_alone
 from tests.public_models.conftest import Deployed, Fleet
 from tests.public_models.inputs import magika_requests, magika_rows, reference
-from tests.public_models.oip import assert_matches, infer_json, infer_triton, run_concurrently
+from tests.public_models.oip import assert_matches, infer_interleaved
 
 pytestmark = pytest.mark.slow
 
@@ -31,10 +29,7 @@ def test_files_of_many_kinds_from_32_clients_match_plain_onnx_runtime(fleet: Fle
     requests = magika_requests(96)
     session = reference("magika")
     expected = [run_alone(session, r) for r in requests]
-    calls = [
-        functools.partial(infer_triton if i % 2 else infer_json, fleet.url, "magika", r) for i, r in enumerate(requests)
-    ]
-    answers = run_concurrently(calls, threads=32)
+    answers = infer_interleaved(fleet.url, "magika", requests)
     for i, (answer, want) in enumerate(zip(answers, expected)):
         assert_matches(answer, want, f"request {i} of {len(requests[i]['bytes'])} file(s)")
     # The rows are files of different kinds: the model tells many of them apart, so the scores are not trivial.

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import functools
-
 import pytest
-import tritonclient.http as httpclient
 
 from tests.public_models.catalogue import run_alone
 from tests.public_models.conftest import Deployed, Fleet
 from tests.public_models.inputs import line_requests, ocr_requests, reference
-from tests.public_models.oip import assert_matches, infer_json, infer_triton, run_concurrently
+from tests.public_models.oip import assert_matches, describe, infer_interleaved, infer_json, infer_triton
 
 pytestmark = pytest.mark.slow
 
@@ -18,12 +15,7 @@ OUTPUT = "sigmoid_0.tmp_0"
 
 
 def test_the_detector_is_published_with_both_image_sides_dynamic(fleet: Fleet, ocr_detection: Deployed) -> None:
-    client = httpclient.InferenceServerClient(url=fleet.url.removeprefix("http://"))
-    try:
-        metadata = client.get_model_metadata("ocr-det")
-        config = client.get_model_config("ocr-det")
-    finally:
-        client.close()
+    metadata, config = describe(fleet.url, "ocr-det")
     assert metadata["versions"] == ["1"]
     assert metadata["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 3, -1, -1]}]
     assert metadata["outputs"] == [{"name": OUTPUT, "datatype": "FP32", "shape": [-1, 1, -1, -1]}]
@@ -36,11 +28,7 @@ def test_mixed_image_sizes_from_32_clients_match_plain_onnx_runtime(fleet: Fleet
     session = reference("ocr")
     expected = [run_alone(session, r) for r in requests]
     # Half through Triton's client (binary tensors), half as raw JSON, interleaved so both meet in batches.
-    calls = [
-        functools.partial(infer_triton if i % 2 else infer_json, fleet.url, "ocr-det", r)
-        for i, r in enumerate(requests)
-    ]
-    answers = run_concurrently(calls, threads=32)
+    answers = infer_interleaved(fleet.url, "ocr-det", requests)
     for i, (answer, want, request) in enumerate(zip(answers, expected, requests)):
         assert_matches(answer, want, f"request {i} with image {list(request['x'].shape)}")
     # Outputs follow the input: a probability map as tall and wide as each image.
@@ -54,11 +42,7 @@ def test_text_lines_48_to_640_wide_from_32_clients_match_plain_onnx_runtime(
     requests = line_requests(48)
     session = reference("line")
     expected = [run_alone(session, r) for r in requests]
-    calls = [
-        functools.partial(infer_json if i % 2 else infer_triton, fleet.url, "ocr-line-direction", r)
-        for i, r in enumerate(requests)
-    ]
-    answers = run_concurrently(calls, threads=32)
+    answers = infer_interleaved(fleet.url, "ocr-line-direction", requests, (infer_triton, infer_json))
     for i, (answer, want, request) in enumerate(zip(answers, expected, requests)):
         assert_matches(answer, want, f"request {i} with crop {list(request['x'].shape)}")
     assert len({r["x"].shape[3] for r in requests}) == 9

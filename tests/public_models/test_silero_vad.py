@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
-import tritonclient.http as httpclient
 
 from tests.public_models.catalogue import run_alone
 from tests.public_models.conftest import Deployed, Fleet
 from tests.public_models.inputs import CHUNK, reference, vad_audio, vad_chunk, vad_zero_state
-from tests.public_models.oip import Answer, assert_matches, infer_json, infer_triton, run_concurrently
+from tests.public_models.oip import Answer, assert_matches, describe, infer_json, infer_triton, run_concurrently
 
 pytestmark = pytest.mark.slow
 
@@ -18,12 +17,7 @@ ATOL, RTOL = 1e-5, 1e-4
 
 
 def test_the_model_is_published_with_its_own_shapes_and_no_batch_axis(fleet: Fleet, silero_vad: Deployed) -> None:
-    client = httpclient.InferenceServerClient(url=fleet.url.removeprefix("http://"))
-    try:
-        metadata = client.get_model_metadata("silero-vad")
-        config = client.get_model_config("silero-vad")
-    finally:
-        client.close()
+    metadata, config = describe(fleet.url, "silero-vad")
     assert metadata["inputs"] == [
         {"name": "input", "datatype": "FP32", "shape": [-1, -1]},
         {"name": "state", "datatype": "FP32", "shape": [2, -1, 128]},
