@@ -69,7 +69,7 @@ class Silence:
 
 
 @dataclass
-class Outcome:
+class Decision:
     """One evaluation's result: the new states, and what to tell people."""
 
     tracked: dict[str, Tracked] = field(default_factory=dict)
@@ -121,14 +121,14 @@ def decide(
     silences: list[Silence],
     now: datetime,
     repeat_interval: timedelta,
-) -> Outcome:
+) -> Decision:
     """Choose notifications for advanced alerts: new firings, repeats due, resolutions; apply mutes."""
-    outcome = Outcome(tracked={a.fingerprint: a for a in alerts})
+    decision = Decision(tracked={a.fingerprint: a for a in alerts})
     p0_models = {a.labels.get("model") for a in alerts if a.state is AlertState.FIRING and a.severity is Severity.P0}
     for alert in alerts:
         old = before.get(alert.fingerprint)
         if old is None or old.state is not alert.state:
-            outcome.changed.append(alert)
+            decision.changed.append(alert)
         kind = None
         if alert.state is AlertState.FIRING:
             due = alert.last_notified_at is None or (
@@ -145,13 +145,13 @@ def decide(
         elif alert.severity is not Severity.P0 and alert.labels.get("model") in p0_models - {None}:
             why = "inhibited by a firing P0 on the same model"
         if why and kind == "firing":
-            outcome.suppressed.append((alert, why))
+            decision.suppressed.append((alert, why))
             continue
         if kind == "firing":
             alert = replace(alert, last_notified_at=now)
-            outcome.tracked[alert.fingerprint] = alert
-        outcome.notify.append((alert, kind))
-    return outcome
+            decision.tracked[alert.fingerprint] = alert
+        decision.notify.append((alert, kind))
+    return decision
 
 
 def group_key(alert: Tracked, by: tuple[str, ...] = ("alertname", "model")) -> str:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
-from serving.batching import Outcome
+from serving.batching import RequestOutcome
 from serving.errors import ModelNotFound
 from serving.telemetry import sample_gpus
 
@@ -106,7 +106,7 @@ class SlotMetrics:
 
     def __init__(self, model: str, version: str, slot: str) -> None:
         labels = (model, version, slot)
-        self._outcomes = {o: REQUESTS.labels(*labels, o.value) for o in Outcome}
+        self._outcomes = {o: REQUESTS.labels(*labels, o.value) for o in RequestOutcome}
         self._queue = QUEUE_SECONDS.labels(*labels)
         self._compute = COMPUTE_SECONDS.labels(*labels)
         self._total = REQUEST_SECONDS.labels(*labels)
@@ -117,9 +117,9 @@ class SlotMetrics:
         self._padded = TOKENS.labels(*labels, "padded")
         self._depth = QUEUE_DEPTH.labels(*labels)
 
-    def request_done(self, outcome: Outcome, queue_s: float, compute_s: float, total_s: float) -> None:
+    def request_done(self, outcome: RequestOutcome, queue_s: float, compute_s: float, total_s: float) -> None:
         self._outcomes[outcome].inc()
-        if outcome in (Outcome.SUCCESS, Outcome.ERROR, Outcome.CLIENT_ERROR):
+        if outcome in (RequestOutcome.SUCCESS, RequestOutcome.ERROR, RequestOutcome.CLIENT_ERROR):
             self._queue.observe(queue_s)
             self._compute.observe(compute_s)
             self._total.observe(total_s)

@@ -10,11 +10,12 @@ Every PromQL expression sums over instances, so several nodes show as one servic
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+from dashboards.generated import generate
 
 OUTPUT = Path(__file__).with_name("grafana") / "flightdeck.json"
 DATASOURCE = {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}
@@ -319,21 +320,10 @@ def _with_ref_ids(targets: Sequence[dict]) -> list[dict]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Write the dashboard file, or with --check report whether it is up to date."""
-    parser = argparse.ArgumentParser(prog="python -m dashboards.grafana", description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the file differs from what would be written")
-    parser.add_argument("--output", type=Path, default=OUTPUT)
-    args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        current = args.output.read_text(encoding="utf-8") if args.output.exists() else ""
-        if current != text:
-            print(f"{args.output} is out of date: run python -m dashboards.grafana", file=sys.stderr)
-            return 1
-        return 0
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text, encoding="utf-8")
-    print(f"wrote {args.output}")
-    return 0
+    description = __doc__.splitlines()[0]
+    return generate(
+        argv, module="dashboards.grafana", description=description, output=OUTPUT, render=lambda _: render()
+    )
 
 
 if __name__ == "__main__":

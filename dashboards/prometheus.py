@@ -30,6 +30,7 @@ from pathlib import Path
 import yaml
 
 from alerts.rules import LIVE_METRICS, Condition, Rule, load_rules
+from dashboards.generated import generate
 
 OUTPUT = Path(__file__).with_name("prometheus") / "flightdeck-rules.yml"
 RULES_DIR = Path(__file__).resolve().parents[1] / "alerts" / "rules"
@@ -364,29 +365,29 @@ def render(
     return _header(result, folder, external_url, max_queue_size) + body
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Write the rule file, or with --check report whether it is up to date."""
-    parser = argparse.ArgumentParser(prog="python -m dashboards.prometheus", description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the file differs from what would be written")
-    parser.add_argument("--output", type=Path, default=OUTPUT)
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rules", type=Path, default=RULES_DIR, help="folder of Flightdeck rule files")
     parser.add_argument("--external-url", default=EXTERNAL_URL, help="Flightdeck's public URL, for runbook links")
     parser.add_argument("--max-queue-size", type=int, default=MAX_QUEUE_SIZE, help="the engine's max_queue_size")
-    args = parser.parse_args(argv)
+
+
+def _render_file(args: argparse.Namespace) -> str:
     # The history's metric names; imported here so that importing this module stays free of SQLAlchemy.
     from controlplane.history.query import METRICS
 
-    text = render(METRICS, folder=args.rules, external_url=args.external_url, max_queue_size=args.max_queue_size)
-    if args.check:
-        current = args.output.read_text(encoding="utf-8") if args.output.exists() else ""
-        if current != text:
-            print(f"{args.output} is out of date: run python -m dashboards.prometheus", file=sys.stderr)
-            return 1
-        return 0
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text, encoding="utf-8")
-    print(f"wrote {args.output}")
-    return 0
+    return render(METRICS, folder=args.rules, external_url=args.external_url, max_queue_size=args.max_queue_size)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Write the rule file, or with --check report whether it is up to date."""
+    return generate(
+        argv,
+        module="dashboards.prometheus",
+        description=__doc__.splitlines()[0],
+        output=OUTPUT,
+        render=_render_file,
+        add_arguments=_options,
+    )
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from serving.assembly import GroupKey, Part, group_key
-from serving.batchstats import BatcherSnapshot, BatcherStats, BatchObserver, Outcome
+from serving.batchstats import BatcherSnapshot, BatcherStats, BatchObserver, RequestOutcome
 from serving.errors import (
     DeadlineExceeded,
     InferenceFailed,
@@ -120,7 +120,7 @@ class Batcher:
         self._depth_max = 0
         self._depth_area = 0.0
         self._created_at = self._depth_since = self._window_start = clock()
-        self.stats = BatcherStats()
+        self._stats = BatcherStats()
         self._threads = [
             threading.Thread(target=self._loop, name=f"batcher-{name}-{i}", daemon=True) for i in range(self._instances)
         ]
@@ -128,6 +128,22 @@ class Batcher:
             thread.start()
 
     # -- callers -------------------------------------------------------------------------
+
+    @property
+    def stats(self) -> BatcherStats:
+        """Return a copy of the cumulative counters, consistent with itself (taken under the lock)."""
+        # NOTE: executor threads update several counters per batch; a copy made under the same lock
+        # never shows a batch half counted (e.g. success + failed != the latency histogram's total).
+        with self._cond:
+            return self._stats.copy()
+
+    def record_codec(self, decode_ns: int, encode_ns: int) -> None:
+        """Count one successful request's protocol decode and encode time (the transport measures them)."""
+        with self._cond:
+            self._stats.decoded += 1
+            self._stats.decode_ns += decode_ns
+            self._stats.encoded += 1
+            self._stats.encode_ns += encode_ns
 
     @property
     def queue_depth(self) -> int:
@@ -164,10 +180,10 @@ class Batcher:
             if self._closing:
                 raise Unavailable("the engine is draining and admits no new requests", retry_after=1)
             if self._queued_samples + batch > self.max_queue_size:
-                self.stats.rejected += 1
+                self._stats.rejected += 1
                 retry = math.ceil((self._queued_samples * self._per_sample_s) or 1)
                 if self._observer:
-                    self._observer.request_done(Outcome.REJECTED, 0.0, 0.0, 0.0)
+                    self._observer.request_done(RequestOutcome.REJECTED, 0.0, 0.0, 0.0)
                 raise Overloaded(
                     f"queue for '{self._spec.name}' version {self._spec.version} is full "
                     f"({self._queued_samples} of {self.max_queue_size} samples waiting)",
@@ -239,7 +255,7 @@ class Batcher:
             for pending in too_large:
                 self._remove(pending)
                 pending.state = _State.DONE
-                self.stats.rejected += 1
+                self._stats.rejected += 1
                 pending.future.set_exception(
                     InvalidInput(
                         f"batch size {pending.batch} is over the limit of {max_batch_size} for '{self._spec.name}', "
@@ -250,7 +266,7 @@ class Batcher:
             self._cond.notify_all()
         if self._observer:
             for _ in too_large:
-                self._observer.request_done(Outcome.REJECTED, 0.0, 0.0, 0.0)
+                self._observer.request_done(RequestOutcome.REJECTED, 0.0, 0.0, 0.0)
             if too_large:
                 self._observer.queue_changed(depth)
         return len(too_large)
@@ -386,7 +402,7 @@ class Batcher:
         with self._cond:
             now = self._clock()
             self._depth_changing(now)
-            s = self.stats
+            s = self._stats
             window = now - self._window_start
             snap = BatcherSnapshot(
                 taken_at=now,
@@ -417,13 +433,13 @@ class Batcher:
 
     def _expire(self, pending: Pending) -> None:
         pending.state = _State.DONE
-        self.stats.timeouts += 1
+        self._stats.timeouts += 1
         waited = self._clock() - pending.enqueued_at
         pending.future.set_exception(
             DeadlineExceeded(f"deadline passed after {waited * 1000:.0f} ms in the queue; the request was not run")
         )
         if self._observer:
-            self._observer.request_done(Outcome.TIMEOUT, waited, 0.0, waited)
+            self._observer.request_done(RequestOutcome.TIMEOUT, waited, 0.0, waited)
             self._observer.queue_changed(self._queued_samples)
 
     def _execute(self, batch: list[Pending]) -> None:
@@ -472,7 +488,7 @@ class Batcher:
         real, padded = isolated.real_tokens, isolated.padded_tokens
         outcomes = {p: _outcome(results[p]) for p in batch}
         with self._cond:
-            s = self.stats
+            s = self._stats
             s.execution_count += 1
             s.bisect_runs += isolated.extra_runs
             s.compute_ns += int(compute * 1e9)
@@ -486,21 +502,21 @@ class Batcher:
                 total_ns = int((end - p.enqueued_at) * 1e9)
                 s.latency.record(end - p.enqueued_at)
                 s.queue_ns += int(p.queue_s * 1e9)
-                if outcomes[p] is Outcome.SUCCESS:
+                if outcomes[p] is RequestOutcome.SUCCESS:
                     s.success += 1
                     s.success_ns += total_ns
                     s.inference_count += p.batch
                 else:
                     s.failed += 1
                     s.failed_ns += total_ns
-                    s.client_errors += outcomes[p] is Outcome.CLIENT_ERROR
+                    s.client_errors += outcomes[p] is RequestOutcome.CLIENT_ERROR
         if self._observer:
             self._observer.batch_done(size, real, padded, compute)
             for p in batch:
                 self._observer.request_done(outcomes[p], p.queue_s, compute, end - p.enqueued_at)
 
 
-def _outcome(result: dict[str, np.ndarray] | ServingError) -> Outcome:
+def _outcome(result: dict[str, np.ndarray] | ServingError) -> RequestOutcome:
     if not isinstance(result, ServingError):
-        return Outcome.SUCCESS
-    return Outcome.CLIENT_ERROR if result.status < 500 else Outcome.ERROR
+        return RequestOutcome.SUCCESS
+    return RequestOutcome.CLIENT_ERROR if result.status < 500 else RequestOutcome.ERROR

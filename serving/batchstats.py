@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from serving.histogram import Histogram
 
 
-class Outcome(enum.StrEnum):
+class RequestOutcome(enum.StrEnum):
     """How a request that reached a batcher ended."""
 
     SUCCESS = "success"
@@ -22,7 +22,7 @@ class Outcome(enum.StrEnum):
 class BatchObserver(Protocol):
     """Receives timings as they happen; the control plane turns them into metrics."""
 
-    def request_done(self, outcome: Outcome, queue_s: float, compute_s: float, total_s: float) -> None: ...
+    def request_done(self, outcome: RequestOutcome, queue_s: float, compute_s: float, total_s: float) -> None: ...
 
     def batch_done(self, size: int, real_tokens: int, padded_tokens: int, compute_s: float) -> None: ...
 
@@ -31,7 +31,11 @@ class BatchObserver(Protocol):
 
 @dataclass
 class BatcherStats:
-    """Cumulative counters in the shape of Triton's statistics extension (nanoseconds)."""
+    """Cumulative counters in the shape of Triton's statistics extension (nanoseconds).
+
+    NOTE: the batcher's executor threads write these under its lock; `Batcher.stats` hands readers
+    a copy taken under the same lock, so every field of one copy describes the same moment.
+    """
 
     success: int = 0
     success_ns: int = 0
@@ -48,10 +52,23 @@ class BatcherStats:
     real_tokens: int = 0
     padded_tokens: int = 0
     last_inference_ms: int = 0
+    # Protocol codec time of successful requests, measured by the transport (Triton's compute_input/output).
+    decoded: int = 0
+    decode_ns: int = 0
+    encoded: int = 0
+    encode_ns: int = 0
     # batch size -> [executions, compute nanoseconds]
     batch_sizes: dict[int, list[int]] = field(default_factory=dict)
     # Engine latency (queue + compute) of every request that ran, mergeable across intervals.
     latency: Histogram = field(default_factory=Histogram)
+
+    def copy(self) -> BatcherStats:
+        """Return an independent copy (the caller holds the lock that guards this one)."""
+        return replace(
+            self,
+            batch_sizes={size: list(pair) for size, pair in self.batch_sizes.items()},
+            latency=self.latency.copy(),
+        )
 
 
 @dataclass(frozen=True)

@@ -281,7 +281,8 @@ def bench_engine(
             return exc.status, 0, 0.01
 
     def probe() -> dict[str, Any]:
-        return {**cpu_probe(), "compute_s": batcher.stats.compute_ns / 1e9, "executions": batcher.stats.execution_count}
+        stats = batcher.stats  # one consistent copy per probe
+        return {**cpu_probe(), "compute_s": stats.compute_ns / 1e9, "executions": stats.execution_count}
 
     try:
         w = closed_loop([call] * threads, warmup_s, seconds, probe)

@@ -116,7 +116,6 @@ def measure(version_dir: Path, subject: Subject, batching: BatchingSettings, war
     """Closed loop of CONCURRENCY callers through one engine; return the row."""
     engine = Engine(batching=batching)
     loaded = engine.load(version_dir, "blue")
-    stats = loaded.batcher.stats
 
     def caller(tensors: Tensors) -> Callable[[], tuple[int, int, float]]:
         def call() -> tuple[int, int, float]:
@@ -128,6 +127,7 @@ def measure(version_dir: Path, subject: Subject, batching: BatchingSettings, war
         return call
 
     def probe() -> dict[str, Any]:
+        stats = loaded.batcher.stats  # one consistent copy per probe
         return {**cpu_probe(), "compute_s": stats.compute_ns / 1e9, "executions": stats.execution_count}
 
     try:

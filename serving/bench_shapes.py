@@ -128,7 +128,6 @@ def _engine_loop(
     """Closed loop of CONCURRENCY callers, caller i sending requests[i]; the row and the batcher's counters."""
     engine = Engine(batching=batching)
     loaded = engine.load(version_dir, "blue")
-    stats = loaded.batcher.stats
 
     def caller(tensors: dict[str, np.ndarray]):
         def call() -> tuple[int, int, float]:
@@ -140,6 +139,7 @@ def _engine_loop(
         return call
 
     def probe() -> dict[str, Any]:
+        stats = loaded.batcher.stats  # one consistent copy per probe
         return {
             **cpu_probe(),
             "compute_s": stats.compute_ns / 1e9,

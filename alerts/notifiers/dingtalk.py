@@ -21,13 +21,25 @@ from typing import Any
 from urllib.parse import quote_plus
 
 from alerts.notifiers import render
-from alerts.notifiers.base import Alert, DeliveryResult, Notification, Notifier, Outgoing, header, parse_retry_after
+from alerts.notifiers.base import DeliveryResult, Notification, Notifier, Outgoing, header, parse_retry_after
 
 MAX_ALERTS = 10
 MAX_TEXT_CHARS = 5000
 RATE_LIMITED = {410100, 130101, 660026}  # "sending too fast"; the robot is throttled for 10 minutes
 RATE_LIMIT_RETRY_S = 600.0
 SYSTEM_BUSY = -1
+
+
+# DingTalk markdown: a blank line between lines, an emoji for the status.
+LINES = render.AlertLines(
+    title="{mark} **{state} · {severity}** {summary}",
+    value="**Value:** {value}",
+    since="**Since:** {since}",
+    resolved="**Resolved:** {resolved}",
+    run="> **Run:** {command}",
+    separator="\n\n",
+    marks=("🔴", "✅"),
+)
 
 
 def sign(secret: str, timestamp_ms: int) -> str:
@@ -56,7 +68,7 @@ class DingTalkNotifier(Notifier):
         title = render.headline(notification)
 
         def text(shown: int) -> str:
-            blocks = [f"### {title}", *(self._markdown(a) for a in alerts[:shown])]
+            blocks = [f"### {title}", *(render.alert_text(a, LINES) for a in alerts[:shown])]
             if shown < len(alerts):
                 blocks.append(render.omitted(len(alerts) - shown))
             return "\n\n---\n\n".join(blocks)
@@ -69,23 +81,6 @@ class DingTalkNotifier(Notifier):
             url += ("&" if "?" in url else "?") + f"timestamp={timestamp}&sign={sign(self._secret, timestamp)}"
         body = json.dumps(payload, ensure_ascii=False).encode()
         return Outgoing("POST", url, {"Content-Type": "application/json; charset=utf-8"}, body)
-
-    @staticmethod
-    def _markdown(alert: Alert) -> str:
-        mark = "🔴" if alert.status == "firing" else "✅"
-        lines = [
-            f"{mark} **{render.state_word(alert)} · {alert.severity}** {render.clip(alert.summary, render.SUMMARY_CHARS)}",
-            f"**Value:** {render.clip(alert.shown_value, render.VALUE_CHARS)}",
-            f"**Since:** {render.when(alert.starts_at)}",
-        ]
-        if alert.status == "resolved" and alert.ends_at:
-            lines.append(f"**Resolved:** {render.when(alert.ends_at)}")
-        links = render.markdown_links(alert)
-        if links:
-            lines.append(links)
-        if alert.runbook_command:
-            lines.append(f"> **Run:** {render.clip(alert.runbook_command, render.COMMAND_CHARS)}")
-        return "\n\n".join(lines)
 
     def interpret(self, status: int, headers: Mapping[str, str], body: bytes) -> DeliveryResult:
         """Read DingTalk's `errcode`: 0 delivered, throttling and -1 retry later, anything else is a refusal."""

@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from alerts.notifiers import render
-from alerts.notifiers.base import Alert, DeliveryResult, Notification, Notifier, Outgoing, header, parse_retry_after
+from alerts.notifiers.base import DeliveryResult, Notification, Notifier, Outgoing, header, parse_retry_after
 
 MAX_ALERTS = 20
 MAX_BODY_BYTES = 20_000
@@ -36,6 +36,17 @@ def sign(secret: str, timestamp: int) -> str:
 
 def _escape(text: str) -> str:
     return text.replace("<", "&#60;").replace(">", "&#62;")
+
+
+# Card markdown; Feishu reads < and > as tags, so alert text has them escaped (the command sits in a code block).
+LINES = render.AlertLines(
+    title="**{state} · {severity}** {summary}",
+    value="**Value:** {value}",
+    since="**Since:** {since}",
+    resolved="**Resolved:** {resolved}",
+    run="**Run:**\n```\n{command}\n```",
+    escape=_escape,
+)
 
 
 class FeishuNotifier(Notifier):
@@ -64,7 +75,7 @@ class FeishuNotifier(Notifier):
         def body(shown: int) -> bytes:
             elements: list[dict] = []
             for alert in alerts[:shown]:
-                elements += [{"tag": "markdown", "content": self._markdown(alert)}, {"tag": "hr"}]
+                elements += [{"tag": "markdown", "content": render.alert_text(alert, LINES)}, {"tag": "hr"}]
             elements.pop()
             if shown < len(alerts):
                 elements.append({"tag": "markdown", "content": render.omitted(len(alerts) - shown)})
@@ -80,22 +91,6 @@ class FeishuNotifier(Notifier):
 
         payload = render.fit(body, len(alerts), lambda b: len(b) <= MAX_BODY_BYTES, MAX_ALERTS)
         return Outgoing("POST", self.url, {"Content-Type": "application/json; charset=utf-8"}, payload)
-
-    @staticmethod
-    def _markdown(alert: Alert) -> str:
-        lines = [
-            f"**{render.state_word(alert)} · {alert.severity}** {_escape(render.clip(alert.summary, render.SUMMARY_CHARS))}",
-            f"**Value:** {_escape(render.clip(alert.shown_value, render.VALUE_CHARS))}",
-            f"**Since:** {render.when(alert.starts_at)}",
-        ]
-        if alert.status == "resolved" and alert.ends_at:
-            lines.append(f"**Resolved:** {render.when(alert.ends_at)}")
-        links = render.markdown_links(alert)
-        if links:
-            lines.append(links)
-        if alert.runbook_command:
-            lines.append(f"**Run:**\n```\n{render.clip(alert.runbook_command, render.COMMAND_CHARS)}\n```")
-        return "\n".join(lines)
 
     def interpret(self, status: int, headers: Mapping[str, str], body: bytes) -> DeliveryResult:
         """Read Feishu's `code`: 0 delivered, 11232 retry later, anything else is a refusal."""

@@ -1,8 +1,13 @@
-"""Wording shared by the chat notifiers: headline, ordering, colours, clipping, fitting a size limit."""
+"""Wording shared by the chat notifiers: headline, ordering, colours, clipping, fitting a size limit, alert text.
+
+`alert_text` writes one alert's block for the text-based services (Feishu, DingTalk, WeCom, Slack),
+each of which only states its markup in an `AlertLines`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -91,7 +96,82 @@ def fit(render: Callable[[int], T], total: int, fits: Callable[[T], bool], most:
     return result
 
 
+def links(alert: Alert) -> list[tuple[str, str]]:
+    """Return the alert's (url, label) links that are set: its console page, then its runbook."""
+    return [(url, label) for url, label in ((alert.console_url, "Console"), (alert.runbook_url, "Runbook")) if url]
+
+
+def markdown_link(url: str, label: str) -> str:
+    """Write one link as Markdown: `[label](url)`."""
+    return f"[{label}]({url})"
+
+
 def markdown_links(alert: Alert) -> str:
     """Return the alert's console and runbook links as Markdown, joined by a middle dot ('' when none)."""
-    pairs = ((alert.console_url, "Console"), (alert.runbook_url, "Runbook"))
-    return " · ".join(f"[{label}]({url})" for url, label in pairs if url)
+    return " · ".join(markdown_link(url, label) for url, label in links(alert))
+
+
+def _as_is(text: str) -> str:
+    return text
+
+
+@dataclass(frozen=True)
+class AlertLines:
+    """How one chat service words an alert: a template per line, filled by `alert_text`.
+
+    Every template may use `{mark}` (the `marks` entry for the alert's status, firing then
+    resolved), `{state}`, `{severity}`, `{summary}`, `{value}`, `{since}`, `{resolved}`, `{links}`
+    and `{command}`. Summary and value pass through `escape`, the command through
+    `escape_command`; each link through `link`. Example (DingTalk's markdown)::
+
+        AlertLines(
+            title="{mark} **{state} · {severity}** {summary}",
+            value="**Value:** {value}",
+            since="**Since:** {since}",
+            resolved="**Resolved:** {resolved}",
+            run="> **Run:** {command}",
+            separator="\\n\\n",
+            marks=("🔴", "✅"),
+        )
+    """
+
+    title: str
+    value: str
+    since: str
+    resolved: str
+    run: str
+    links: str = "{links}"
+    separator: str = "\n"
+    marks: tuple[str, str] = ("", "")
+    escape: Callable[[str], str] = _as_is
+    escape_command: Callable[[str], str] = _as_is
+    link: Callable[[str, str], str] = markdown_link
+    # Slack shows "Resolved: <end> (since <start>)" in place of the since line; the others show both.
+    resolved_replaces_since: bool = False
+
+
+def alert_text(alert: Alert, lines: AlertLines) -> str:
+    """Write one alert as a chat block: headline, value, since and resolved, links, the runbook command."""
+    fields = {
+        "mark": lines.marks[alert.status != "firing"],
+        "state": state_word(alert),
+        "severity": alert.severity.value,
+        "summary": lines.escape(clip(alert.summary, SUMMARY_CHARS)),
+        "value": lines.escape(clip(alert.shown_value, VALUE_CHARS)),
+        "since": when(alert.starts_at),
+        "resolved": when(alert.ends_at),
+        "links": " · ".join(lines.link(url, label) for url, label in links(alert)),
+        "command": lines.escape_command(clip(alert.runbook_command, COMMAND_CHARS)),
+    }
+    ended = alert.status == "resolved" and alert.ends_at is not None
+    templates = [lines.title, lines.value]
+    if not (ended and lines.resolved_replaces_since):
+        templates.append(lines.since)
+    if ended:
+        templates.append(lines.resolved)
+    if fields["links"]:
+        templates.append(lines.links)
+    if alert.runbook_command:
+        templates.append(lines.run)
+    # NOTE: str.format fills each field once; braces inside alert text are never read as fields.
+    return lines.separator.join(template.format(**fields) for template in templates)

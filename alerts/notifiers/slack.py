@@ -28,6 +28,20 @@ def _link(url: str, label: str) -> str:
     return f"<{safe}|{label}>"
 
 
+# Slack mrkdwn: &, < and > escaped everywhere, links as <url|label>, the end and start on one line.
+LINES = render.AlertLines(
+    title="*{state}* · *{severity}* · {summary}",
+    value="*Value:* `{value}`",
+    since="*Since:* {since}",
+    resolved="*Resolved:* {resolved} (since {since})",
+    run="*Run:*\n```{command}```",
+    escape=_escape,
+    escape_command=_escape,
+    link=_link,
+    resolved_replaces_since=True,
+)
+
+
 class SlackNotifier(Notifier):
     """Post to a Slack incoming webhook, e.g. ``{"url": "https://hooks.slack.com/services/T/B/X"}``."""
 
@@ -52,18 +66,5 @@ class SlackNotifier(Notifier):
 
     @staticmethod
     def _section(alert: Alert) -> dict:
-        lines = [
-            f"*{render.state_word(alert)}* · *{alert.severity}* · {_escape(render.clip(alert.summary, render.SUMMARY_CHARS))}",
-            f"*Value:* `{_escape(render.clip(alert.shown_value, render.VALUE_CHARS))}`",
-        ]
-        if alert.status == "resolved" and alert.ends_at:
-            lines.append(f"*Resolved:* {render.when(alert.ends_at)} (since {render.when(alert.starts_at)})")
-        else:
-            lines.append(f"*Since:* {render.when(alert.starts_at)}")
-        links = [_link(u, label) for u, label in ((alert.console_url, "Console"), (alert.runbook_url, "Runbook")) if u]
-        if links:
-            lines.append(" · ".join(links))
-        if alert.runbook_command:
-            lines.append(f"*Run:*\n```{_escape(render.clip(alert.runbook_command, render.COMMAND_CHARS))}```")
-        text = render.clip("\n".join(lines), SECTION_CHARS)
+        text = render.clip(render.alert_text(alert, LINES), SECTION_CHARS)
         return {"type": "section", "text": {"type": "mrkdwn", "text": text}}

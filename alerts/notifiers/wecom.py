@@ -13,13 +13,25 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from alerts.notifiers import render
-from alerts.notifiers.base import Alert, DeliveryResult, Notification, Notifier, Outgoing, header, parse_retry_after
+from alerts.notifiers.base import DeliveryResult, Notification, Notifier, Outgoing, header, parse_retry_after
 
 MAX_ALERTS = 10
 MAX_CONTENT_BYTES = 4096
 RATE_LIMITED = 45009
 RATE_LIMIT_RETRY_S = 60.0  # the robot's budget is counted per minute
 SYSTEM_BUSY = -1
+
+
+# WeCom markdown: quoted detail lines, and its font colours (warning while firing, info once resolved).
+LINES = render.AlertLines(
+    title='<font color="{mark}">**{state} · {severity}**</font> {summary}',
+    value="> Value: `{value}`",
+    since='> Since: <font color="comment">{since}</font>',
+    resolved='> Resolved: <font color="comment">{resolved}</font>',
+    links="> {links}",
+    run="> Run: `{command}`",
+    marks=("warning", "info"),
+)
 
 
 class WeComNotifier(Notifier):
@@ -34,7 +46,7 @@ class WeComNotifier(Notifier):
         title = f'## <font color="{tone}">{render.headline(notification)}</font>'
 
         def content(shown: int) -> str:
-            blocks = [title, *(self._markdown(a) for a in alerts[:shown])]
+            blocks = [title, *(render.alert_text(a, LINES) for a in alerts[:shown])]
             if shown < len(alerts):
                 blocks.append(f'<font color="comment">{render.omitted(len(alerts) - shown)}</font>')
             return "\n\n".join(blocks)
@@ -46,23 +58,6 @@ class WeComNotifier(Notifier):
         payload = {"msgtype": "markdown", "markdown": {"content": render.clip_bytes(markdown, MAX_CONTENT_BYTES)}}
         body = json.dumps(payload, ensure_ascii=False).encode()
         return Outgoing("POST", self.url, {"Content-Type": "application/json; charset=utf-8"}, body)
-
-    @staticmethod
-    def _markdown(alert: Alert) -> str:
-        tone = "info" if alert.status == "resolved" else "warning"
-        lines = [
-            f'<font color="{tone}">**{render.state_word(alert)} · {alert.severity}**</font> {render.clip(alert.summary, render.SUMMARY_CHARS)}',
-            f"> Value: `{render.clip(alert.shown_value, render.VALUE_CHARS)}`",
-            f'> Since: <font color="comment">{render.when(alert.starts_at)}</font>',
-        ]
-        if alert.status == "resolved" and alert.ends_at:
-            lines.append(f'> Resolved: <font color="comment">{render.when(alert.ends_at)}</font>')
-        links = render.markdown_links(alert)
-        if links:
-            lines.append("> " + links)
-        if alert.runbook_command:
-            lines.append(f"> Run: `{render.clip(alert.runbook_command, render.COMMAND_CHARS)}`")
-        return "\n".join(lines)
 
     def interpret(self, status: int, headers: Mapping[str, str], body: bytes) -> DeliveryResult:
         """Read WeCom's `errcode`: 0 delivered, 45009 and -1 retry later, anything else is a refusal."""

@@ -1,7 +1,7 @@
 """One runbook script as a child process: no shell, its own process group, output captured, killed at its timeout.
 
 No database and no Flask here: the runner passes a callback that records each step as its JSON line
-arrives, and gets an `Outcome` at the end.
+arrives, and gets a `ScriptResult` at the end.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ MAX_DETAIL_CHARS = 4000
 
 
 @dataclass
-class Outcome:
+class ScriptResult:
     """How a script ended: exit code (None if it never ran), whether it was killed, what it printed."""
 
     exit_code: int | None
@@ -94,7 +94,7 @@ class ScriptProcess:
             close_fds=True,
         )
 
-    def run(self) -> Outcome:
+    def run(self) -> ScriptResult:
         """Capture output and steps until the script exits, killing it at its timeout."""
         process = self._process
         assert process is not None and process.stdout is not None, "start() first"
@@ -106,7 +106,7 @@ class ScriptProcess:
             exit_code = process.wait()
         finally:
             timer.cancel()
-        return Outcome(exit_code, self._timed_out, self._stopped, output, steps)
+        return ScriptResult(exit_code, self._timed_out, self._stopped, output, steps)
 
     def stop(self) -> None:
         """Kill the script now (the server is shutting down)."""

@@ -38,7 +38,7 @@ from controlplane.models import ApiToken, User
 from controlplane.models.runbook import RunbookRun
 from controlplane.runbooks.catalog import RunbookCatalog, script_env
 from controlplane.runbooks.declaration import Runbook, resume_point
-from controlplane.runbooks.process import Outcome, ScriptProcess
+from controlplane.runbooks.process import ScriptProcess, ScriptResult
 from controlplane.runbooks.states import ACTIVE, RESUMABLE, IllegalTransition, RunState, Trigger, transition
 from controlplane.scheduler import utcnow
 
@@ -234,7 +234,7 @@ class RunbookRunner:
         try:
             process.start()
         except OSError as exc:
-            self._finish(run_id, Outcome(exit_code=None, error=f"could not start: {exc}"))
+            self._finish(run_id, ScriptResult(exit_code=None, error=f"could not start: {exc}"))
             return False
         thread = threading.Thread(target=self._supervise, args=(run_id, process, done), name=f"runbook-{run_id}")
         thread.daemon = True
@@ -411,7 +411,7 @@ class RunbookRunner:
             outcome = process.run()
         except Exception as exc:  # never leave a run 'running' because supervising it broke
             log.exception("supervising runbook run %d failed", run_id)
-            outcome = Outcome(exit_code=None, error=f"supervision failed: {exc}")
+            outcome = ScriptResult(exit_code=None, error=f"supervision failed: {exc}")
         try:
             self._finish(run_id, outcome, process.timeout_s)
         finally:
@@ -425,7 +425,7 @@ class RunbookRunner:
         if token is not None:
             revoke_token(session, token, now)
 
-    def _finish(self, run_id: int, outcome: Outcome, timeout_s: float = 0.0) -> None:
+    def _finish(self, run_id: int, outcome: ScriptResult, timeout_s: float = 0.0) -> None:
         now = self._clock()
         with self._sessions() as session:
             run = session.get(RunbookRun, run_id)

@@ -1,18 +1,16 @@
-"""Alembic owns the schema; SQLite runs in WAL mode with a busy timeout; leases elect one scheduler."""
+"""Alembic owns the schema; SQLite runs in WAL mode with a busy timeout. (Leases: test_leases.py, both backends.)"""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from controlplane.db import SQLITE_BUSY_TIMEOUT_MS, make_engine, session_factory
+from controlplane.db import SQLITE_BUSY_TIMEOUT_MS, make_engine
 from controlplane.migrate import upgrade
-from controlplane.models import Base, Lease
-from controlplane.scheduler import LeaderScheduler, release, try_acquire
+from controlplane.models import Base
 
 
 def migrated(tmp_path: Path):
@@ -40,47 +38,39 @@ def test_sqlite_connections_use_wal_and_a_busy_timeout(tmp_path: Path) -> None:
     engine.dispose()
 
 
-def test_one_holder_at_a_time_until_the_lease_expires_or_is_released(tmp_path: Path) -> None:
-    engine = migrated(tmp_path)
-    sessions = session_factory(engine)
-    t0 = datetime(2026, 1, 1, tzinfo=UTC)
-    with sessions() as s:
-        assert try_acquire(s, "scheduler", "a", 10, t0)
-        assert not try_acquire(s, "scheduler", "b", 10, t0 + timedelta(seconds=5))
-        assert try_acquire(s, "scheduler", "a", 10, t0 + timedelta(seconds=5))  # renewal
-        assert not try_acquire(s, "scheduler", "b", 10, t0 + timedelta(seconds=14))
-        assert try_acquire(s, "scheduler", "b", 10, t0 + timedelta(seconds=16))  # a's lease ran out
-        assert not try_acquire(s, "scheduler", "a", 10, t0 + timedelta(seconds=17))
-        release(s, "scheduler", "b")
-        assert try_acquire(s, "scheduler", "a", 10, t0 + timedelta(seconds=18))
-    engine.dispose()
+def test_a_new_home_and_its_database_are_private_whatever_the_umask(tmp_path: Path, caplog) -> None:
+    import os
+    import stat
 
+    from controlplane.config import load_settings
+    from controlplane.modelstore import loosened_paths, prepare_home
 
-def test_cluster_jobs_run_in_the_leader_only(tmp_path: Path) -> None:
-    engine = migrated(tmp_path)
-    sessions = session_factory(engine)
-    first, second = LeaderScheduler(sessions, ttl_s=30), LeaderScheduler(sessions, ttl_s=30)
-    assert first.renew() and not second.renew()
-    runs: list[str] = []
-    for name, scheduler in (("first", first), ("second", second)):
-        scheduler.add_cluster_job(lambda name=name: runs.append(name), 3600, "job")
-    for scheduler in (first, second):
-        scheduler.run_now("job")  # fire each process's timer once
-    assert runs == ["first"]
-    first.shutdown()  # hands the lease on
-    assert second.renew()
-    second.shutdown()
-    engine.dispose()
-
-
-def test_lease_times_compare_as_moments_whatever_the_offset(tmp_path: Path) -> None:
-    engine = migrated(tmp_path)
-    sessions = session_factory(engine)
-    plus_two = timezone(timedelta(hours=2))
-    with sessions() as s:
-        assert try_acquire(s, "scheduler", "a", 10, datetime(2026, 1, 1, 10, 0, 0, tzinfo=UTC))
-        # 12:00:09 at +02:00 is 10:00:09 UTC: a's lease (until 10:00:10 UTC) still holds.
-        assert not try_acquire(s, "scheduler", "b", 10, datetime(2026, 1, 1, 12, 0, 9, tzinfo=plus_two))
-        lease = s.get(Lease, "scheduler")
-        assert lease.expires_at == datetime(2026, 1, 1, 10, 0, 10, tzinfo=UTC)
-    engine.dispose()
+    settings = load_settings(environ={}, overrides={"home": str(tmp_path / "home")})
+    previous = os.umask(0o022)  # a typical login shell's: files 0644, folders 0755
+    try:
+        prepare_home(settings)
+        upgrade(settings.sqlalchemy_url)
+        engine = make_engine(settings.sqlalchemy_url)
+        with engine.connect() as connection:  # the -wal and -shm files exist while a connection is open
+            connection.execute(text("INSERT INTO leases VALUES ('x', 'y', '2026-01-01', '2026-01-01')"))
+            connection.commit()
+            home = settings.home
+            modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in home.iterdir() if p.is_file()}
+            assert modes == {
+                "flightdeck.db": 0o600,
+                "flightdeck.db-wal": 0o600,
+                "flightdeck.db-shm": 0o600,
+                "session-secret": 0o600,
+            }
+            assert stat.S_IMODE(home.stat().st_mode) == 0o700
+            assert loosened_paths(home) == []
+        engine.dispose()
+    finally:
+        os.umask(previous)
+    # A file someone loosened is reported at the next start.
+    (settings.home / "flightdeck.db").chmod(0o644)
+    settings.home.chmod(0o755)
+    with caplog.at_level("WARNING", logger="controlplane.modelstore"):
+        prepare_home(settings)
+    assert loosened_paths(settings.home) == [settings.home, settings.home / "flightdeck.db"]
+    assert sum("open to other OS users" in r.getMessage() for r in caplog.records) == 2

@@ -12,7 +12,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from controlplane import metrics
 from dashboards import grafana
-from serving.batching import Outcome
+from serving.batching import RequestOutcome
 
 METRIC_NAME = re.compile(r"\bflightdeck_[a-z0-9_]+")
 _SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
@@ -131,7 +131,7 @@ def test_label_values_in_queries_are_ones_we_emit(committed: dict) -> None:
     outcomes = set(re.findall(r'outcome="([^"]+)"', text))
     kinds = set(re.findall(r'kind="([^"]+)"', text))
 
-    assert outcomes <= {o.value for o in Outcome} | {"invalid"}
+    assert outcomes <= {o.value for o in RequestOutcome} | {"invalid"}
     assert kinds <= {"real", "padded"}
 
 

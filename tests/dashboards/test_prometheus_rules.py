@@ -19,7 +19,7 @@ from alerts.states import Severity
 from controlplane import metrics
 from controlplane.history.query import METRICS
 from dashboards import prometheus
-from serving.batching import Outcome
+from serving.batching import RequestOutcome
 
 METRIC_NAME = re.compile(r"\bflightdeck_[a-z0-9_]+")
 _SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
@@ -181,7 +181,7 @@ def test_every_translation_is_balanced_and_over_exported_metrics(metric: str, ag
 
 def test_label_values_in_expressions_are_ones_we_emit(text: str) -> None:
     outcomes = {o for group in re.findall(r'outcome[!=]~?"([^"]+)"', text) for o in group.split("|")}
-    assert outcomes <= {o.value for o in Outcome} | {"invalid"}
+    assert outcomes <= {o.value for o in RequestOutcome} | {"invalid"}
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from serving.batching import Batcher, Outcome
+from serving.batching import Batcher, RequestOutcome
 from serving.errors import InferenceFailed, InputRejected, ServingError
 from serving.faults import is_input_fault, trim
 from serving.runtime import CPU, Session
@@ -98,7 +98,7 @@ def submit(batcher: Batcher, tensors: dict[str, np.ndarray], seq_len: int = 0):
 
 class Recorder:
     def __init__(self) -> None:
-        self.outcomes: list[Outcome] = []
+        self.outcomes: list[RequestOutcome] = []
 
     def request_done(self, outcome, queue_s, compute_s, total_s) -> None:
         self.outcomes.append(outcome)
@@ -175,7 +175,7 @@ def test_one_bad_request_fails_alone_and_bisection_stays_logarithmic() -> None:
     assert queued[0].batch_size == 32  # the bad one rode in a full batch, then was isolated
     assert 0 < batcher.stats.bisect_runs <= 2 * math.ceil(math.log2(32))
     assert batcher.stats.client_errors == 1 and batcher.stats.failed == 1
-    assert recorder.outcomes.count(Outcome.CLIENT_ERROR) == 1 and Outcome.ERROR not in recorder.outcomes
+    assert recorder.outcomes.count(RequestOutcome.CLIENT_ERROR) == 1 and RequestOutcome.ERROR not in recorder.outcomes
     snapshot = batcher.snapshot()
     assert (snapshot.client_errors, snapshot.failed, snapshot.bisect_runs) == (1, 1, batcher.stats.bisect_runs)
     batcher.close()
@@ -216,7 +216,7 @@ def test_a_model_fault_is_a_server_error_counted_apart_from_client_errors() -> N
         batcher.result(submit(batcher, {"x": np.ones((1, 4), np.float32)}))
     assert failed.value.status == 500 and "kernel exploded" in failed.value.message
     assert (batcher.stats.failed, batcher.stats.client_errors) == (1, 0)
-    assert recorder.outcomes == [Outcome.ERROR]
+    assert recorder.outcomes == [RequestOutcome.ERROR]
     batcher.close()
 
 

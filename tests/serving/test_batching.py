@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from serving.batching import Batcher, Outcome
+from serving.batching import Batcher, RequestOutcome
 from serving.errors import DeadlineExceeded, InferenceFailed, InvalidInput, Overloaded, Unavailable
 from serving.tensors import ModelSpec, TensorSpec
 from tests.fakes import SEQUENCE_SPEC, VECTOR_SPEC, Echo, Failing, Gated, SequenceSum, sequence, vector
@@ -34,7 +34,7 @@ def busy_with_one(batcher: Batcher, model: Gated):
 
 class Recorder:
     def __init__(self) -> None:
-        self.outcomes: list[Outcome] = []
+        self.outcomes: list[RequestOutcome] = []
         self.batches: list[tuple[int, int, int]] = []
         self.depths: list[int] = []
 
@@ -144,7 +144,7 @@ def test_full_queue_refuses_at_once_with_retry_after() -> None:
     model.gate.set()
     for pending in accepted:  # nothing accepted is dropped
         assert batcher.result(pending)["y"].shape == (1, 4)
-    assert recorder.outcomes.count(Outcome.REJECTED) == 2
+    assert recorder.outcomes.count(RequestOutcome.REJECTED) == 2
     batcher.close()
 
 
@@ -163,7 +163,7 @@ def test_request_whose_deadline_passes_in_the_queue_times_out_and_never_runs() -
     ran = np.concatenate([b["x"] for b in model.inner.batches])
     assert 42.0 not in ran
     assert batcher.stats.timeouts == 1
-    assert Outcome.TIMEOUT in recorder.outcomes
+    assert RequestOutcome.TIMEOUT in recorder.outcomes
     batcher.close()
 
 

@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from serving.batching import INLINE_AFTER, Batcher, Outcome
+from serving.batching import INLINE_AFTER, Batcher, RequestOutcome
 from serving.errors import DeadlineExceeded, InferenceFailed, Unavailable
 from tests.fakes import VECTOR_SPEC, Echo, Failing, Gated, vector
 from tests.serving.test_batching import Recorder
@@ -53,7 +53,7 @@ def test_an_idle_batcher_lets_the_caller_run_its_request_and_counts_it_as_any_ru
     np.testing.assert_array_equal(result["y"], np.full((1, 4), 3.0, dtype=np.float32))
     assert model.threads == [threading.get_ident()]
     assert (batcher.stats.success, batcher.stats.execution_count, batcher.stats.inference_count) == (1, 1, 1)
-    assert recorder.outcomes == [Outcome.SUCCESS] and recorder.batches == [(1, 0, 0)]
+    assert recorder.outcomes == [RequestOutcome.SUCCESS] and recorder.batches == [(1, 0, 0)]
     assert not batcher.busy
     assert batcher.close(5)
 
@@ -100,7 +100,7 @@ def test_an_inline_run_that_fails_answers_with_the_server_error_and_is_counted()
     with pytest.raises(InferenceFailed, match="kernel exploded"):
         call(batcher, vector(1.0))
     assert (batcher.stats.failed, batcher.stats.client_errors) == (1, 0)
-    assert recorder.outcomes == [Outcome.ERROR]
+    assert recorder.outcomes == [RequestOutcome.ERROR]
     # The instance came back: the next request runs too.
     with pytest.raises(InferenceFailed):
         call(batcher, vector(1.0))
@@ -140,6 +140,6 @@ def test_a_caller_past_its_deadline_before_its_inline_run_starts_gets_a_timeout_
     now[0] += 1.0  # the caller reaches result() after its deadline
     with pytest.raises(DeadlineExceeded, match="not run"):
         batcher.result(pending)
-    assert model.threads == [] and batcher.stats.timeouts == 1 and recorder.outcomes == [Outcome.TIMEOUT]
+    assert model.threads == [] and batcher.stats.timeouts == 1 and recorder.outcomes == [RequestOutcome.TIMEOUT]
     assert not batcher.busy
     assert batcher.close(5)
