@@ -14,6 +14,7 @@ from alerts.rules import Rule
 from controlplane.history.query import DEVICE_METRICS, SLOT_METRICS, SlotAggregate
 from controlplane.models import AuditEvent, Deployment, DeviceSample, OutboxMessage, SlotSample
 from controlplane.rollout.service import active_rollout
+from controlplane.rollout.states import Slot
 
 Key = tuple[tuple[str, str], ...]
 
@@ -102,9 +103,7 @@ def observe(
         result = {}
         for deployment in session.scalars(select(Deployment)):
             if active_rollout(session, deployment.model) is None:
-                live = sum(
-                    1 for slot in ("blue", "green") if deployment.version_in(slot) and deployment.weights()[slot] > 0
-                )
+                live = sum(1 for slot in Slot if deployment.version_in(slot) and deployment.weights()[slot] > 0)
                 result[_key({"model": deployment.model}, c.by)] = float(live)
         return result
     if c.metric == "auto_rollbacks":

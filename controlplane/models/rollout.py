@@ -8,6 +8,7 @@ from sqlalchemy import JSON, ForeignKey, Index, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from controlplane.models import Base
+from controlplane.rollout.states import Slot
 
 
 class Deployment(Base):
@@ -20,7 +21,7 @@ class Deployment(Base):
     green_version: Mapped[str | None] = mapped_column(String(64))
     blue_weight: Mapped[int] = mapped_column(default=100)
     green_weight: Mapped[int] = mapped_column(default=0)
-    stable_slot: Mapped[str] = mapped_column(String(8), default="blue")
+    stable_slot: Mapped[str] = mapped_column(String(8), default=Slot.BLUE.value)
     shadow_slot: Mapped[str | None] = mapped_column(String(8))
     # Bumped on every change: processes compare it with what they last applied.
     generation: Mapped[int] = mapped_column(default=1)
@@ -30,13 +31,16 @@ class Deployment(Base):
     green_reload: Mapped[int] = mapped_column(default=0, server_default="0")
 
     def version_in(self, slot: str) -> str | None:
-        return self.blue_version if slot == "blue" else self.green_version
+        """Return the version `slot` should hold, or None."""
+        return self.blue_version if slot == Slot.BLUE else self.green_version
 
-    def weights(self) -> dict[str, int]:
-        return {"blue": self.blue_weight, "green": self.green_weight}
+    def weights(self) -> dict[Slot, int]:
+        """Return each slot's share of the traffic, in percent."""
+        return {Slot.BLUE: self.blue_weight, Slot.GREEN: self.green_weight}
 
-    def reloads(self) -> dict[str, int]:
-        return {"blue": self.blue_reload, "green": self.green_reload}
+    def reloads(self) -> dict[Slot, int]:
+        """Return each slot's reload counter."""
+        return {Slot.BLUE: self.blue_reload, Slot.GREEN: self.green_reload}
 
 
 class Rollout(Base):
@@ -49,15 +53,15 @@ class Rollout(Base):
     model: Mapped[str] = mapped_column(String(128))
     from_version: Mapped[str | None] = mapped_column(String(64))
     to_version: Mapped[str] = mapped_column(String(64))
-    candidate_slot: Mapped[str] = mapped_column(String(8))
-    strategy: Mapped[str] = mapped_column(String(16))  # canary | bluegreen
+    candidate_slot: Mapped[str] = mapped_column(String(8))  # a Slot
+    strategy: Mapped[str] = mapped_column(String(16))  # a Strategy: canary | bluegreen | rollback
     steps: Mapped[list] = mapped_column(JSON)  # traffic percentages, e.g. [5, 25, 50, 100]
     step_index: Mapped[int] = mapped_column(default=0)
     step_started_at: Mapped[datetime | None]
     pause_s: Mapped[float] = mapped_column(default=60.0)
     shadow: Mapped[bool] = mapped_column(default=False)
     policy: Mapped[dict] = mapped_column(JSON)
-    state: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(16))  # a RolloutState, written by rollout.lifecycle only
     reason: Mapped[str] = mapped_column(Text, default="")
     created_by: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[datetime]

@@ -7,20 +7,14 @@ process picks it up within one reconcile poll, so this works with no HTTP and no
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import click
 from sqlalchemy import select
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import sessionmaker
 
-from controlplane.auth.audit import refusals_recorded
+from controlplane.auth.audit import audit_as, refusals_recorded
 from controlplane.auth.cli import _database, cli_actor
-
-
-def _audit(session: Session, action: str, target: str, outcome: str, detail: dict[str, Any]) -> None:
-    from controlplane.auth import record_event
-
-    record_event(session, cli_actor(), action, target, outcome, detail)
+from controlplane.rollout.states import DEPLOY_STRATEGIES, Slot, Strategy
 
 
 def _settings():
@@ -37,7 +31,12 @@ def rollout() -> None:
 @rollout.command("deploy")
 @click.argument("model")
 @click.argument("version")
-@click.option("--strategy", type=click.Choice(["canary", "bluegreen"]), default="canary", show_default=True)
+@click.option(
+    "--strategy",
+    type=click.Choice([s.value for s in DEPLOY_STRATEGIES]),
+    default=Strategy.CANARY.value,
+    show_default=True,
+)
 @click.option("--steps", help="Traffic percentages, e.g. 5,25,50,100 (canary).")
 @click.option("--pause-s", type=float, help="Seconds each step takes traffic before its analysis.")
 @click.option("--policy", help='Analysis thresholds as JSON, e.g. {"min_requests": 200}.')
@@ -61,13 +60,13 @@ def deploy(
             raise click.ClickException(f"model '{model}' has no version {version}; push it to the registry first")
         if session.get(Deployment, model) is None:  # never served: a first deploy, like the API's
             with refusals_recorded(session, cli_actor(), "model.deploy", f"{model}:{version}"):
-                deployments.first_deploy(session, model, version, _audit)
+                deployments.first_deploy(session, model, version, audit_as(cli_actor()))
             session.commit()
             click.echo(f"{model}: first deploy of version {version}; each process serves it once loaded and verified")
             return
         with refusals_recorded(session, cli_actor(), "rollout.start", f"{model}:{version}"):
             created = service.deploy(
-                session, model, version, f"cli:{cli_actor().name}", _audit, strategy=strategy, steps=parsed_steps,
+                session, model, version, f"cli:{cli_actor().name}", audit_as(cli_actor()), strategy=strategy, steps=parsed_steps,
                 pause_s=pause_s, policy=parsed_policy, settings=_settings().rollout,
             )  # fmt: skip
         session.commit()
@@ -83,7 +82,7 @@ def undeploy(model: str) -> None:
 
     with _database() as session:
         with refusals_recorded(session, cli_actor(), "model.undeploy", model):
-            result = deployments.undeploy(session, model, _audit)
+            result = deployments.undeploy(session, model, audit_as(cli_actor()))
         session.commit()
     held = ", ".join(f"{slot} v{version}" for slot, version in result["versions"].items())
     click.echo(f"{model}: undeployed ({held}); every serving process unloads it")
@@ -97,7 +96,9 @@ def rollback(model: str) -> None:
 
     with _database() as session:
         with refusals_recorded(session, cli_actor(), "rollout.rollback", model):
-            result = service.rollback(session, model, f"cli:{cli_actor().name}", _audit, _settings().rollout)
+            result = service.rollback(
+                session, model, f"cli:{cli_actor().name}", audit_as(cli_actor()), _settings().rollout
+            )
         session.commit()
     reload = " (reloading it first)" if result["reloaded"] else ""
     click.echo(f"{model}: traffic returning to version {result['version']}{reload}")
@@ -112,7 +113,7 @@ def act(rollout_id: int, action: str) -> None:
 
     with _database() as session:
         with refusals_recorded(session, cli_actor(), f"rollout.{action}", str(rollout_id)):
-            changed = service.act(session, rollout_id, action, f"cli:{cli_actor().name}", _audit)
+            changed = service.act(session, rollout_id, action, f"cli:{cli_actor().name}", audit_as(cli_actor()))
         session.commit()
         click.echo(f"rollout {rollout_id}: {changed.state} ({changed.reason})")
 
@@ -127,7 +128,7 @@ def status(model: str) -> None:
         desired = session.get(Deployment, model)
         if desired is None:
             raise click.ClickException(f"model '{model}' has no deployment")
-        for slot in ("blue", "green"):
+        for slot in Slot:
             stable = " (stable)" if slot == desired.stable_slot else ""
             click.echo(
                 f"{slot:<6} version {desired.version_in(slot) or '-':<8} weight {desired.weights()[slot]:>3}%{stable}"

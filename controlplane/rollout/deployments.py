@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from controlplane.errors import Conflict, NotFound
 from controlplane.models import Deployment, SlotStatus
 from controlplane.rollout.service import Audit, active_rollout
+from controlplane.rollout.states import Slot
 from controlplane.scheduler import utcnow
 
 
@@ -71,7 +72,7 @@ def undeploy(session: Session, model: str, audit: Audit, now: datetime | None = 
         raise Conflict(
             f"model '{model}' has rollout {rollout.id} in progress ({rollout.state}); abort or roll it back first"
         )
-    versions = {slot: deployment.version_in(slot) for slot in ("blue", "green") if deployment.version_in(slot)}
+    versions = {slot: deployment.version_in(slot) for slot in Slot if deployment.version_in(slot)}
     session.delete(deployment)
     session.execute(delete(SlotStatus).where(SlotStatus.model == model))
     session.flush()

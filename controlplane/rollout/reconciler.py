@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.models import Deployment, EngineDesired, EngineStatus, SlotStatus
 from controlplane.rollout.changes import ChangeSignal, DirectoryWatch, sqlite_path
+from controlplane.rollout.enginewide import BATCHING_LIMITS
 from controlplane.scheduler import utcnow
 from serving.engine import SLOTS, Engine, read_manifest
 
@@ -33,7 +34,6 @@ log = logging.getLogger(__name__)
 
 Locate = Callable[[str, str], Path]
 HEARTBEAT_S = 10.0  # engine_status.updated_at is refreshed at least this often
-BATCHING_KEYS = ("max_batch_size", "max_queue_delay_ms", "max_queue_size")
 # With a directory watch: how long to keep polling the change counter after a wake-up (a commit's last
 # write can land a moment after its inotify event), and how often to look when nothing woke us.
 SETTLE_S = 0.2
@@ -187,7 +187,7 @@ class Reconciler:
         generation = desired.generation if desired is not None else 0
         if generation == self._engine_generation:
             return
-        limits = {key: (getattr(desired, key) if desired is not None else None) for key in BATCHING_KEYS}
+        limits = {key: (getattr(desired, key) if desired is not None else None) for key in BATCHING_LIMITS}
         limits = {key: getattr(self._base_batching, key) if v is None else v for key, v in limits.items()}
         try:
             self._engine.set_batching(**limits)

@@ -1,4 +1,9 @@
-"""Rollout states and the transitions between them: a pure state machine, no I/O."""
+"""Rollout vocabulary and the transitions between states: a pure state machine, no I/O.
+
+`RolloutState`, `Strategy`, `Slot` and `Verdict` are StrEnums, so the database keeps storing the
+same strings. `_TRANSITIONS` is exactly what the code does: `controlplane.rollout.lifecycle` is the
+one writer of a rollout's state and refuses any change the table lacks.
+"""
 
 from __future__ import annotations
 
@@ -14,12 +19,32 @@ class RolloutState(enum.StrEnum):
     ABORTED = "aborted"  # stopped by a person before it finished; traffic back on the stable version
 
 
+class Strategy(enum.StrEnum):
+    CANARY = "canary"  # steps of traffic, each analysed against the stable version
+    BLUEGREEN = "bluegreen"  # load and verify, then all traffic at once
+    ROLLBACK = "rollback"  # the record of a one-click rollback to the previous stable version
+
+
+DEPLOY_STRATEGIES = (Strategy.CANARY, Strategy.BLUEGREEN)  # what a person may ask a deploy for
+
+
+class Slot(enum.StrEnum):
+    BLUE = "blue"
+    GREEN = "green"
+
+    @property
+    def other(self) -> Slot:
+        """Return the slot beside this one."""
+        return Slot.GREEN if self is Slot.BLUE else Slot.BLUE
+
+
 class Verdict(enum.StrEnum):
     PASS = "pass"
     FAIL = "fail"
     INCONCLUSIVE = "inconclusive"
 
 
+INITIAL = RolloutState.LOADING  # every rollout, a rollback's record included, starts by loading
 ACTIVE = frozenset({RolloutState.LOADING, RolloutState.PROGRESSING, RolloutState.PAUSED})
 FINISHED = frozenset({RolloutState.SUCCEEDED, RolloutState.ROLLED_BACK, RolloutState.ABORTED})
 
@@ -28,9 +53,13 @@ class IllegalTransition(ValueError):
     """The rollout cannot go from its current state to the one asked for."""
 
 
-# (from, event) -> to. Events are what people and the controller do.
+# (from, event) -> to. Person's actions: promote, promote_all, pause, resume, abort, rollback; the
+# controller's: loaded, switched, load_failed, step_passed, completed, inconclusive, failed.
 _TRANSITIONS: dict[tuple[RolloutState, str], RolloutState] = {
+    # every process loaded and verified the candidate: it takes its first step (a canary's share)
     (RolloutState.LOADING, "loaded"): RolloutState.PROGRESSING,
+    # ... or its first step is all traffic (blue-green, a rollback's reload, a rollback to a loaded version)
+    (RolloutState.LOADING, "switched"): RolloutState.SUCCEEDED,
     (RolloutState.LOADING, "load_failed"): RolloutState.ROLLED_BACK,
     (RolloutState.LOADING, "abort"): RolloutState.ABORTED,
     (RolloutState.LOADING, "rollback"): RolloutState.ROLLED_BACK,
@@ -39,6 +68,7 @@ _TRANSITIONS: dict[tuple[RolloutState, str], RolloutState] = {
     (RolloutState.PROGRESSING, "inconclusive"): RolloutState.PAUSED,
     (RolloutState.PROGRESSING, "failed"): RolloutState.ROLLED_BACK,
     (RolloutState.PROGRESSING, "pause"): RolloutState.PAUSED,
+    # a promote onto the last step is a promote_all: it ends the rollout
     (RolloutState.PROGRESSING, "promote"): RolloutState.PROGRESSING,
     (RolloutState.PROGRESSING, "promote_all"): RolloutState.SUCCEEDED,
     (RolloutState.PROGRESSING, "abort"): RolloutState.ABORTED,
@@ -48,8 +78,12 @@ _TRANSITIONS: dict[tuple[RolloutState, str], RolloutState] = {
     (RolloutState.PAUSED, "promote_all"): RolloutState.SUCCEEDED,
     (RolloutState.PAUSED, "abort"): RolloutState.ABORTED,
     (RolloutState.PAUSED, "rollback"): RolloutState.ROLLED_BACK,
-    (RolloutState.PAUSED, "failed"): RolloutState.ROLLED_BACK,
 }
+
+
+def transitions() -> dict[tuple[RolloutState, str], RolloutState]:
+    """Return a copy of the whole table: (state, event) -> state."""
+    return dict(_TRANSITIONS)
 
 
 def allowed_events(state: RolloutState) -> frozenset[str]:
