@@ -12,6 +12,9 @@ import sys
 
 from controlplane.config import load_settings
 
+# NOTE: before anything is created: every file the master, the prepare child and the workers write
+# (database, archives, logs, secrets) is then private to this OS user, whatever the shell's umask.
+os.umask(0o077)
 _settings = load_settings()
 _prometheus_dir = _settings.home.resolve() / "prometheus"
 # NOTE: must be set before any worker imports prometheus_client (see controlplane/metrics.py).

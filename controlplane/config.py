@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -22,15 +23,56 @@ if TYPE_CHECKING:
     from controlplane.rollout.service import RolloutSettings
 
 PREFIX = "FLIGHTDECK_"
-DEV_SECRET = "dev-insecure-secret"
+DEV_SECRET = "dev-insecure-secret"  # the old built-in default: public, so refused like any known value
+MIN_SECRET_LENGTH = 32
+# Values seen in READMEs, tutorials and compose files; a secret anyone can guess signs anyone's cookie.
+WEAK_SECRETS = frozenset(
+    {
+        DEV_SECRET,
+        "changeme",
+        "change-me",
+        "change_me",
+        "secret",
+        "secret-key",
+        "secret_key",
+        "password",
+        "development",
+        "dev",
+        "test",
+        "flightdeck",
+        "insecure",
+        "default",
+        "your-secret-key",
+        "supersecret",
+    }
+)
+MASK = "********"
+_URL_PASSWORD = re.compile(r"^(?P<head>[A-Za-z][\w+.-]*://[^:/@]*):[^@]*@")
 
 
 class ConfigError(ValueError):
     """A setting has a value that cannot be used; the message names it."""
 
 
-def _setting(default: Any, doc: str) -> Any:
-    return field(default=default, metadata={"doc": doc})
+def _setting(default: Any, doc: str, *, secret: bool = False) -> Any:
+    return field(default=default, metadata={"doc": doc, "secret": secret})
+
+
+def mask_url(url: str) -> str:
+    """Return a database URL with its password replaced by ***, for printing and logs."""
+    return _URL_PASSWORD.sub(r"\g<head>:***@", url)
+
+
+def _weak_secret(value: str) -> str | None:
+    """Return why `value` is unusable as a signing secret, or None."""
+    lowered = value.strip().casefold()
+    if lowered in WEAK_SECRETS or any(lowered.startswith(w) for w in (DEV_SECRET, "changeme", "change-me")):
+        return "is a published example value"
+    if len(value) < MIN_SECRET_LENGTH:
+        return f"is shorter than {MIN_SECRET_LENGTH} characters"
+    if len(set(value)) < 8:
+        return "repeats too few distinct characters"
+    return None
 
 
 @dataclass(frozen=True)
@@ -38,10 +80,19 @@ class Settings:
     """All of Flightdeck's settings. Environment names are FLIGHTDECK_ + the upper-cased field name."""
 
     home: Path = _setting(Path(".flightdeck"), "Data directory holding the database, the model registry and logs.")
-    env: str = _setting("development", "development or production; production refuses the default secret key.")
-    secret_key: str = _setting(DEV_SECRET, "Secret for signing sessions; must be set in production.")
+    env: str = _setting("development", "development or production.")
+    secret_key: str = _setting(
+        "",
+        "Secret for signing session cookies, at least 32 characters (known example values are refused in every "
+        "mode). Empty: a random one is generated at the first start into HOME/session-secret (mode 0600) and "
+        "shared by every process using that HOME; set it when nodes do not share HOME.",
+        secret=True,
+    )
     database_url: str = _setting(
-        "", "SQLAlchemy URL; empty means SQLite at HOME/flightdeck.db. postgresql+psycopg://... works too."
+        "",
+        "SQLAlchemy URL; empty means SQLite at HOME/flightdeck.db. postgresql+psycopg://... works too "
+        "(its password is masked wherever the URL is printed).",
+        secret=True,
     )
     host: str = _setting("127.0.0.1", "Address gunicorn binds.")
     port: int = _setting(8000, "Port gunicorn binds.")
@@ -288,9 +339,28 @@ class Settings:
             )
         if not 0.0 <= self.log_sample_rate <= 1.0:
             raise ConfigError(f"{PREFIX}LOG_SAMPLE_RATE must be between 0 and 1")
-        if self.env == "production" and self.secret_key == DEV_SECRET:
-            raise ConfigError(f"{PREFIX}SECRET_KEY must be set when {PREFIX}ENV=production")
+        # NOTE: in every mode: a development server on a shared host is as easy to forge cookies for.
+        why = _weak_secret(self.secret_key) if self.secret_key else None
+        if why:
+            raise ConfigError(
+                f"{PREFIX}SECRET_KEY {why}; use a random value of at least {MIN_SECRET_LENGTH} characters "
+                f"(python -c 'import secrets; print(secrets.token_urlsafe(48))'), or leave it unset to have one "
+                "generated into HOME/session-secret"
+            )
         return self
+
+    def printable(self) -> dict[str, str]:
+        """Return every setting as text fit to print: secrets masked, database URLs without their password."""
+        shown: dict[str, str] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.metadata["secret"] and f.name.endswith("_url"):
+                shown[f.name] = mask_url(str(value))
+            elif f.metadata["secret"]:
+                shown[f.name] = MASK if value else ""
+            else:
+                shown[f.name] = str(value)
+        return shown
 
 
 def _convert(name: str, kind: type, raw: Any) -> Any:

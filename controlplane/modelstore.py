@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -17,38 +18,33 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.config import Settings
+from controlplane.registry.plainstore import list_models, list_versions
 
 log = logging.getLogger(__name__)
 
 LEGACY_STORE = "models"  # HOME/models: the store before the registry; read once, then moved aside
+# Files under HOME that must stay private: password hashes, the signing secret, the first admin's password.
+PRIVATE_FILES = ("flightdeck.db", "flightdeck.db-wal", "flightdeck.db-shm", "session-secret", "initial-admin-password")
 Stored = set[tuple[str, str]]  # (name, version) pairs the registry holds after a push
 
 
 def prepare_home(settings: Settings) -> None:
-    """Create the data directory and its log and scratch folders."""
+    """Create the data directory (0700) and its log and scratch folders, the session secret; warn of loose modes."""
+    from controlplane.auth.session_secret import session_secret
+
     for folder in (settings.home, settings.log_dir, settings.home / "tmp"):
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    session_secret(settings)  # NOTE: generated here, before any worker starts, when none is configured
+    for loose in loosened_paths(settings.home):
+        log.warning(
+            "%s is open to other OS users (mode %o); chmod go-rwx it", loose, stat.S_IMODE(loose.stat().st_mode)
+        )
 
 
-def version_key(version: str) -> tuple[int, int | str]:
-    """Sort key for versions: numeric ones in number order, before any other."""
-    return (0, int(version)) if version.isdigit() else (1, version)
-
-
-def list_versions(store: Path, name: str) -> list[str]:
-    """Return a model's complete version folders in a plain store, oldest first (numeric order where numeric)."""
-    folder = store / name
-    if not folder.is_dir():
-        return []
-    found = [d.name for d in folder.iterdir() if (d / "model.onnx").is_file() and (d / "manifest.json").is_file()]
-    return sorted(found, key=version_key)
-
-
-def list_models(store: Path) -> list[str]:
-    """Return the names of models with at least one complete version folder in a plain store."""
-    if not store.is_dir():
-        return []
-    return sorted(d.name for d in store.iterdir() if d.is_dir() and list_versions(store, d.name))
+def loosened_paths(home: Path) -> list[Path]:
+    """Return HOME and the private files in it that other OS users may read (or enter)."""
+    candidates = [home, *(home / name for name in PRIVATE_FILES)]
+    return [path for path in candidates if path.exists() and stat.S_IMODE(path.stat().st_mode) & 0o077]
 
 
 def _first_versions(store: Path) -> dict[str, str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 from functools import cache
 
@@ -38,8 +37,3 @@ def burn_verify_time(password: str) -> None:
 def generate_password() -> str:
     """Return a random password for a generated account (about 128 bits)."""
     return secrets.token_urlsafe(16)
-
-
-def fingerprint(stored_hash: str) -> str:
-    """Return a short digest of the stored hash: sessions carry it, so changing a password ends them."""
-    return hashlib.sha256(stored_hash.encode()).hexdigest()[:16]

@@ -3,6 +3,10 @@
 A token's secret is `fd_` plus 43 URL-safe characters (256 random bits). Only its SHA-256 and its
 first eight characters (for people to recognise it) are kept. Lookup is by the hash, so no stored
 secret is ever compared with a guess character by character.
+
+A token made with a token (its parent) never outranks it and never outlives it: it expires at the
+parent's expiry at the latest, and revoking the parent revokes it (and its own children) too. A
+runbook run's token is revoked when the run ends, so whatever the script made with it ends then.
 """
 
 from __future__ import annotations
@@ -36,11 +40,26 @@ def effective_role(token: ApiToken, user: User) -> Role:
 
 
 def create_token(
-    session: Session, user: User, name: str, role: Role, now: datetime, ttl_s: int | None = None
+    session: Session,
+    user: User,
+    name: str,
+    role: Role,
+    now: datetime,
+    ttl_s: int | None = None,
+    parent: ApiToken | None = None,
 ) -> tuple[ApiToken, str]:
-    """Add a token for `user` (not committed) and return it with its secret, which is never stored."""
+    """Add a token for `user` (not committed) and return it with its secret, which is never stored.
+
+    `parent`: the token the request creating this one came with; the new token's role is at most
+    the parent's and its expiry at most the parent's (a shorter `ttl_s` still wins).
+    """
     check_name(name)
     check_grant(Role(user.role), role, "a token")
+    expires_at = None if ttl_s is None else now + timedelta(seconds=ttl_s)
+    if parent is not None:
+        check_grant(Role(parent.role), role, "a token made with a token")
+        if parent.expires_at is not None and (expires_at is None or parent.expires_at < expires_at):
+            expires_at = parent.expires_at
     secret = SECRET_PREFIX + secrets.token_urlsafe(32)
     token = ApiToken(
         user_id=user.id,
@@ -49,7 +68,8 @@ def create_token(
         prefix=secret[:SHOWN_PREFIX_LENGTH],
         role=Role(role).value,
         created_at=now,
-        expires_at=None if ttl_s is None else now + timedelta(seconds=ttl_s),
+        expires_at=expires_at,
+        parent_id=None if parent is None else parent.id,
     )
     session.add(token)
     session.flush()
@@ -84,12 +104,18 @@ def touch(session: Session, token_id: int, now: datetime) -> None:
 
 
 def revoke_token(session: Session, token: ApiToken, now: datetime) -> bool:
-    """Revoke a token (not committed); return False when it already was."""
-    if token.revoked_at is not None:
-        return False
-    token.revoked_at = now
+    """Revoke a token and every token made with it, down the line (not committed); False when it already was."""
+    already = token.revoked_at is not None
+    token.revoked_at = token.revoked_at or now
+    # NOTE: children are revoked even when the parent already was, so a chain is never left half alive.
+    parents = [token.id]
+    while parents:
+        children = list(session.scalars(select(ApiToken).where(ApiToken.parent_id.in_(parents))))
+        for child in children:
+            child.revoked_at = child.revoked_at or now
+        parents = [child.id for child in children]
     session.flush()
-    return True
+    return not already
 
 
 def list_tokens(session: Session, user_id: int | None = None) -> list[tuple[ApiToken, str]]:

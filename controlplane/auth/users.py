@@ -6,14 +6,14 @@ import re
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from controlplane.auth.errors import Forbidden
 from controlplane.auth.passwords import MAX_LENGTH, MIN_LENGTH, burn_verify_time, hash_password, verify_password
 from controlplane.auth.roles import Role, parse_role
 from controlplane.errors import ApiError, Conflict
-from controlplane.models import User
+from controlplane.models import LoginSession, User
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 RESERVED = {"anonymous", "system"}  # names the audit trail uses for actors that are not accounts
@@ -80,7 +80,8 @@ def update_user(
 ) -> dict[str, Any]:
     """Change a user's role, disabled flag or password (not committed); return what changed, without secrets.
 
-    Refuses (409) to leave no enabled admin, so nobody can lock everyone out by accident.
+    Any change ends the user's login sessions (tokens follow the user's role and disabled flag by
+    themselves). Refuses (409) to leave no enabled admin, so nobody can lock everyone out by accident.
     """
     changes: dict[str, Any] = {}
     if role is not None and role.value != user.role:
@@ -93,6 +94,10 @@ def update_user(
         user.password_hash = hash_password(check_password(password))
         changes["password_changed"] = True
     if changes:
+        # A new password, a new role or a disabled account: the user's logins end now, on every node.
+        ended = session.execute(delete(LoginSession).where(LoginSession.user_id == user.id)).rowcount
+        if ended:
+            changes["sessions_ended"] = ended
         session.flush()
         admins = session.scalar(
             select(func.count()).select_from(User).where(User.role == Role.ADMIN.value, User.disabled.is_(False))
@@ -103,8 +108,13 @@ def update_user(
 
 
 def authenticate(session: Session, name: str, password: str) -> tuple[User | None, str]:
-    """Return (user, 'ok') when name and password match an enabled user, else (None, why it failed)."""
-    user = get_user(session, name) if NAME.match(name) else None
+    """Return (user, 'ok') when name and password match an enabled user, else (None, why it failed).
+
+    Why: 'unknown_user', 'bad_password' or 'disabled', for the caller to log, never to show. The
+    reserved identities (the `system` account automatic runbooks act as) never log in, whatever
+    their stored hash says.
+    """
+    user = get_user(session, name) if NAME.match(name) and name.lower() not in RESERVED else None
     if user is None:
         burn_verify_time(password)
         return None, "unknown_user"

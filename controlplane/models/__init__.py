@@ -68,7 +68,7 @@ from controlplane.models.alerting import (  # noqa: E402
     Receiver,
     SilenceRecord,
 )
-from controlplane.models.auth import ApiToken, AuditEvent, LoginFailure, User  # noqa: E402
+from controlplane.models.auth import ApiToken, AuditEvent, LoginFailure, LoginSession, User  # noqa: E402
 from controlplane.models.history import DeviceSample, SlotSample  # noqa: E402
 from controlplane.models.registry import ModelVersion  # noqa: E402
 from controlplane.models.rollout import (  # noqa: E402
@@ -93,6 +93,7 @@ __all__ = [
     "EngineStatus",
     "Lease",
     "LoginFailure",
+    "LoginSession",
     "ModelVersion",
     "NAMING_CONVENTION",
     "OutboxMessage",

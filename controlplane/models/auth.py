@@ -38,6 +38,20 @@ class ApiToken(Base):
     expires_at: Mapped[datetime | None]
     revoked_at: Mapped[datetime | None]
     last_used_at: Mapped[datetime | None]
+    # The token this one was made with: it never outlives or outranks it, and is revoked with it.
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id"), index=True)
+
+
+class LoginSession(Base):
+    """A console or API login: the cookie carries a random id, only its SHA-256 is kept; deleting the row logs out."""
+
+    __tablename__ = "login_sessions"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    id_hash: Mapped[str] = mapped_column(String(64), unique=True)  # sha256 hex of the cookie's session id
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime] = mapped_column(index=True)
 
 
 class AuditEvent(Base):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.config import DEV_SECRET, ConfigError, Settings, load_settings, settings_table
+from controlplane.config import DEV_SECRET, ConfigError, Settings, load_settings, mask_url, settings_table
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,7 +53,8 @@ def test_a_toml_file_sits_between_defaults_and_environment(tmp_path: Path) -> No
         ({"FLIGHTDECK_DEVICE": "tpu"}, "FLIGHTDECK_DEVICE must be one of"),
         ({"FLIGHTDECK_WORKERS": "-1"}, "FLIGHTDECK_WORKERS must be 0 \\(auto\\) or more"),
         ({"FLIGHTDECK_LOG_SAMPLE_RATE": "2"}, "between 0 and 1"),
-        ({"FLIGHTDECK_ENV": "production"}, "FLIGHTDECK_SECRET_KEY must be set"),
+        ({"FLIGHTDECK_SECRET_KEY": DEV_SECRET}, "FLIGHTDECK_SECRET_KEY is a published example value"),
+        ({"FLIGHTDECK_SECRET_KEY": "s3cret-value"}, "FLIGHTDECK_SECRET_KEY is shorter than 32 characters"),
     ],
 )
 def test_bad_values_are_refused_with_the_setting_named(env: dict, message: str) -> None:
@@ -61,9 +62,54 @@ def test_bad_values_are_refused_with_the_setting_named(env: dict, message: str) 
         load_settings(environ=env)
 
 
-def test_production_starts_with_a_real_secret() -> None:
-    settings = load_settings(environ={"FLIGHTDECK_ENV": "production", "FLIGHTDECK_SECRET_KEY": "s3cret-value"})
-    assert settings.secret_key != DEV_SECRET
+def test_production_starts_with_a_real_secret_or_none_configured() -> None:
+    real = "kq2V7xH0tLw9Zr3bN8mYcP4sD1fG6jEa"
+    settings = load_settings(environ={"FLIGHTDECK_ENV": "production", "FLIGHTDECK_SECRET_KEY": real})
+    assert settings.secret_key == real
+    assert load_settings(environ={"FLIGHTDECK_ENV": "production"}).secret_key == ""  # generated into HOME at start
+
+
+@pytest.mark.parametrize("env", ["development", "production"])
+@pytest.mark.parametrize(
+    "secret",
+    [
+        DEV_SECRET,
+        DEV_SECRET + "-but-padded-to-look-long-enough",
+        "changeme",
+        "ChangeMe",
+        "x" * 40,
+        "short-but-random-9Qz",
+    ],
+)
+def test_a_guessable_secret_is_refused_in_every_mode(env: str, secret: str) -> None:
+    with pytest.raises(ConfigError, match="FLIGHTDECK_SECRET_KEY") as refused:
+        load_settings(environ={"FLIGHTDECK_ENV": env, "FLIGHTDECK_SECRET_KEY": secret})
+    assert secret not in str(refused.value)  # the message names the setting, never echoes the value
+
+
+def test_printing_the_settings_masks_every_secret() -> None:
+    url = "postgresql+psycopg://flightdeck:hunter2-Pa55@db.example:5432/fd"
+    shown = load_settings(
+        environ={"FLIGHTDECK_DATABASE_URL": url, "FLIGHTDECK_SECRET_KEY": "kq2V7xH0tLw9Zr3bN8mYcP4sD1fG6jEa"}
+    ).printable()
+    assert shown["database_url"] == "postgresql+psycopg://flightdeck:***@db.example:5432/fd"
+    assert shown["secret_key"] == "********" and shown["port"] == "8000"
+    assert all("hunter2" not in v and "kq2V7x" not in v for v in shown.values())
+    secret_fields = {f.name for f in Settings.__dataclass_fields__.values() if f.metadata["secret"]}
+    assert secret_fields == {"secret_key", "database_url"}
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://u:p@h/d", "postgresql://u:***@h/d"),
+        ("postgresql+psycopg://u:p%40ss:w@h:5/d?sslmode=require", "postgresql+psycopg://u:***@h:5/d?sslmode=require"),
+        ("postgresql://u@h/d", "postgresql://u@h/d"),
+        ("sqlite:////var/lib/fd/flightdeck.db", "sqlite:////var/lib/fd/flightdeck.db"),
+    ],
+)
+def test_database_urls_are_printed_without_their_password(url: str, shown: str) -> None:
+    assert mask_url(url) == shown
 
 
 def test_unknown_settings_are_refused() -> None:

@@ -128,3 +128,56 @@ def test_only_the_owner_or_an_admin_revokes_a_token(app, client, accounts) -> No
 def test_bad_token_requests_name_the_field(client, accounts, body: dict, field: str) -> None:
     response = client.post("/api/tokens", json=body, headers=bearer(accounts["otto"]))
     assert response.status_code == 400 and f"'{field}'" in response.get_json()["error"]["message"]
+
+
+def token_row(app, token_id: int) -> ApiToken:
+    with app.extensions["flightdeck"].sessions() as session:
+        return session.get(ApiToken, token_id)
+
+
+def test_a_token_made_with_a_token_never_outlives_its_parent(app, client, accounts) -> None:
+    parent = make_token(app, "otto", Role.OPERATOR, ttl_s=3600, now=datetime.now(UTC) - timedelta(seconds=3540))
+    parent_row = client.get("/api/session", headers=bearer(parent)).get_json()
+    unlimited = client.post("/api/tokens", json={"name": "forever"}, headers=bearer(parent))
+    longer = client.post("/api/tokens", json={"name": "longer", "ttl_s": 86400}, headers=bearer(parent))
+    shorter = client.post("/api/tokens", json={"name": "shorter", "ttl_s": 1}, headers=bearer(parent))
+    assert {r.status_code for r in (unlimited, longer, shorter)} == {201}
+    parent_expiry = token_row(app, parent_row["token_id"]).expires_at
+    for child in (unlimited, longer):  # the parent has about a minute left: so do they
+        assert token_row(app, child.get_json()["token"]["id"]).expires_at == parent_expiry
+    assert token_row(app, shorter.get_json()["token"]["id"]).expires_at < parent_expiry  # a shorter ttl still wins
+
+    from controlplane.auth.tokens import find_token
+
+    with app.extensions["flightdeck"].sessions() as session:
+        assert find_token(session, unlimited.get_json()["secret"], parent_expiry - timedelta(seconds=1)) is not None
+        assert find_token(session, unlimited.get_json()["secret"], parent_expiry) is None
+
+
+def test_revoking_a_token_revokes_every_token_made_with_it(app, client, accounts) -> None:
+    parent = client.post("/api/tokens", json={"name": "runbook-7"}, headers=bearer(accounts["otto"])).get_json()
+    child = client.post("/api/tokens", json={"name": "child"}, headers=bearer(parent["secret"])).get_json()
+    grandchild = client.post("/api/tokens", json={"name": "grandchild"}, headers=bearer(child["secret"])).get_json()
+    sibling = client.post("/api/tokens", json={"name": "unrelated"}, headers=bearer(accounts["otto"])).get_json()
+    assert token_row(app, grandchild["token"]["id"]).parent_id == child["token"]["id"]
+    revoked = client.delete(f"/api/tokens/{parent['token']['id']}", headers=bearer(accounts["otto"]))
+    assert revoked.status_code == 200
+    for made in (parent, child, grandchild):
+        assert client.get("/api/session", headers=bearer(made["secret"])).get_json()["authenticated"] is False
+    assert client.get("/api/session", headers=bearer(sibling["secret"])).get_json()["user"] == "otto"
+
+
+def test_a_runbook_runs_token_takes_what_it_made_with_it_when_the_run_ends(app, accounts) -> None:
+    from controlplane.auth.tokens import create_token, find_token, revoke_token
+
+    now = datetime.now(UTC)
+    with app.extensions["flightdeck"].sessions() as session:
+        otto = session.scalar(select(User).where(User.name == "otto"))
+        run_token, _ = create_token(session, otto, "runbook-1", Role.OPERATOR, now, ttl_s=120)
+        made, made_secret = create_token(session, otto, "made-by-script", Role.VIEWER, now, None, parent=run_token)
+        assert made.expires_at == run_token.expires_at and made.parent_id == run_token.id
+        with pytest.raises(Exception, match="above"):
+            create_token(session, otto, "wider", Role.ADMIN, now, None, parent=made)
+        revoke_token(session, run_token, now)  # what the runner does when the run finishes or is lost
+        session.commit()
+        assert find_token(session, made_secret, now) is None

@@ -79,9 +79,10 @@ def test_wrong_password_unknown_user_and_disabled_user_all_look_the_same(app, cl
     assert {a.status_code for a in answers} == {401}
     assert {a.get_json()["error"]["message"] for a in answers} == {"wrong name or password"}
     denied = [e for e in audit_events(app) if e.action == "auth.login"]
+    # A viewer of the trail cannot tell a wrong password from an unknown name by the reason.
     assert [(e.target, e.outcome, e.detail["reason"]) for e in denied] == [
-        ("ada", "denied", "bad_password"),
-        ("nobody", "denied", "unknown_user"),
+        ("ada", "denied", "bad_credentials"),
+        ("unknown name", "denied", "bad_credentials"),
         ("gone", "denied", "disabled"),
     ]
     assert all(e.actor == "anonymous" for e in denied)
@@ -107,14 +108,14 @@ def test_repeated_failures_lock_the_name_out_for_a_doubling_while(app, client, c
     logins = [e for e in audit_events(app) if e.action == "auth.login"]
     reasons = [e.detail.get("reason", e.outcome) for e in logins]
     assert reasons == [
-        "bad_password",
-        "bad_password",
-        "bad_password",
+        "bad_credentials",
+        "bad_credentials",
+        "bad_credentials",
         "throttled",
-        "bad_password",
+        "bad_credentials",
         "throttled",
         "ok",
-        "bad_password",
+        "bad_credentials",
     ]
     assert logins[2].detail["locked_for_s"] == 10
     assert all(e.outcome == "denied" for e in logins if e.detail.get("reason"))
@@ -159,3 +160,26 @@ def test_the_lockout_holds_in_every_process_sharing_the_database(app_config) -> 
     finally:
         first.extensions["flightdeck"].shutdown(5)
         second.extensions["flightdeck"].shutdown(5)
+
+
+def test_a_failed_login_keeps_an_unknown_name_only_as_a_keyed_hash(app, client, clock) -> None:
+    make_user(app, "ada", Role.ADMIN)
+    typed = "Tr0ub4dor&3-my-password"  # a password typed into the name field
+    for _ in range(4):  # three failures, then the throttle refuses
+        client.post("/api/session", json={"name": typed, "password": "whatever-it-is"})
+    client.post("/api/session", json={"name": "someone-else", "password": "whatever-it-is"})
+    client.post("/api/session", json={"name": "system", "password": "!"})
+    logins = [e for e in audit_events(app) if e.action == "auth.login"]
+    assert all(typed not in f"{e.target}{e.detail}{e.actor}" for e in logins)
+    assert [(e.target, e.detail["reason"]) for e in logins] == [
+        ("unknown name", "bad_credentials"),
+        ("unknown name", "bad_credentials"),
+        ("unknown name", "bad_credentials"),
+        ("unknown name", "throttled"),
+        ("unknown name", "bad_credentials"),
+        ("unknown name", "bad_credentials"),  # the reserved `system` is no account one can log in to
+    ]
+    hashes = [e.detail["name_hash"] for e in logins]
+    assert len(set(hashes[:4])) == 1 and hashes[4] != hashes[0]  # one typed name correlates, others differ
+    assert typed.casefold() not in hashes[0] and len(hashes[0]) == 16
+    assert logins[2].detail["locked_for_s"] == 10  # the throttle still counts per name and address

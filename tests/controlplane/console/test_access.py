@@ -7,8 +7,7 @@ import re
 import pytest
 
 from controlplane.auth import Role
-from controlplane.auth import api as auth_api
-from controlplane.auth.throttle import LoginThrottle
+from controlplane.auth.throttle import THROTTLE, LoginThrottle
 from controlplane.models import AuditEvent
 from tests.controlplane.conftest import log_in
 from tests.controlplane.console.conftest import form_csrf
@@ -61,9 +60,7 @@ def test_the_login_form_needs_its_csrf_token(app, client) -> None:
 
 
 def test_a_wrong_password_is_refused_and_repeated_failures_lock_the_form(app, client) -> None:
-    app.extensions[auth_api.THROTTLE] = LoginThrottle(
-        app.extensions["flightdeck"].sessions, max_failures=2, lockout_s=30
-    )
+    app.extensions[THROTTLE] = LoginThrottle(app.extensions["flightdeck"].sessions, max_failures=2, lockout_s=30)
     log_in(app.test_client(), app, "ada", Role.VIEWER)
 
     for _ in range(2):
@@ -76,7 +73,7 @@ def test_a_wrong_password_is_refused_and_repeated_failures_lock_the_form(app, cl
     assert client.get("/").status_code == 302
     with app.extensions["flightdeck"].sessions() as db:
         denied = [e.detail.get("reason") for e in db.query(AuditEvent).filter_by(action="auth.login", outcome="denied")]
-    assert denied == ["bad_password", "bad_password", "throttled"]
+    assert denied == ["bad_credentials", "bad_credentials", "throttled"]
 
 
 def test_logout_needs_the_form_token_and_then_ends_the_session(app, client) -> None:
