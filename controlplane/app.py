@@ -8,13 +8,15 @@ from typing import Any
 
 from flask import Flask, Response, g
 
-from controlplane import console, dashboards_view, db, errors, inference_api, openapi, ops_api, repository_api
+from controlplane import console, context, dashboards_view, db, errors, inference_api, openapi, ops_api, repository_api
 from controlplane.alerting import api as alerts_api
 from controlplane.auth import api as auth_api
+from controlplane.auth.session_secret import session_secret
 from controlplane.config import Settings, load_settings
 from controlplane.history import api as history_api
 from controlplane.logconfig import configure_logging
 from controlplane.registry import api as registry_api
+from controlplane.requestid import request_id_from_headers
 from controlplane.rollout import api as rollout_api
 from controlplane.runbooks import api as runbooks_api
 from controlplane.services import Services, build_services
@@ -25,8 +27,8 @@ def create_app(config: Mapping[str, Any] | None = None, services: Services | Non
     settings: Settings = services.settings if services else load_settings(overrides=config)
     configure_logging(settings)
     app = Flask(__name__)
-    app.config["SECRET_KEY"] = settings.secret_key
-    app.extensions["flightdeck"] = services or build_services(settings)
+    app.config["SECRET_KEY"] = session_secret(settings)  # configured, or generated once into HOME
+    app.extensions[context.KEY] = services or build_services(settings)
     db.init_app(app)
     errors.register_handlers(app)
     app.register_blueprint(inference_api.bp)
@@ -44,7 +46,7 @@ def create_app(config: Mapping[str, Any] | None = None, services: Services | Non
 
     @app.before_request
     def _request_id() -> None:
-        g.request_id = inference_api.request_id_from_headers()
+        g.request_id = request_id_from_headers()
 
     @app.after_request
     def _echo_request_id(response: Response) -> Response:

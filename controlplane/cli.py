@@ -12,7 +12,7 @@ import click
 
 from controlplane.auth.cli import audit as audit_command
 from controlplane.auth.cli import tokens, users
-from controlplane.config import ConfigError, Settings, load_settings, settings_table
+from controlplane.config import ConfigError, Settings, load_settings, mask_url, settings_table
 from controlplane.registry.cli import registry
 from controlplane.rollout.cli import rollout
 
@@ -78,9 +78,9 @@ def db_upgrade(revision: str) -> None:
     from controlplane.migrate import upgrade
 
     settings = _settings()
-    settings.home.mkdir(parents=True, exist_ok=True)
+    settings.home.mkdir(mode=0o700, parents=True, exist_ok=True)
     upgrade(settings.sqlalchemy_url, revision)
-    click.echo(f"database at {settings.sqlalchemy_url} is at {revision}")
+    click.echo(f"database at {mask_url(settings.sqlalchemy_url)} is at {revision}")
 
 
 @cli.command("demo-models")
@@ -141,8 +141,7 @@ def config(markdown: bool) -> None:
         click.echo(settings_table())
         return
     settings = _settings()
-    for key, value in vars(settings).items():
-        shown = "********" if key == "secret_key" else value
+    for key, shown in settings.printable().items():  # secrets masked, database passwords too
         click.echo(f"FLIGHTDECK_{key.upper()}={shown}")
 
 
@@ -185,8 +184,8 @@ def history(since: str, until: str, model: str | None) -> None:
 
     from controlplane.db import make_engine, session_factory
     from controlplane.errors import ApiError
-    from controlplane.history.api import parse_time
     from controlplane.history.query import summary
+    from controlplane.timeparse import parse_time
 
     settings = _settings()
     now = datetime.now(UTC)

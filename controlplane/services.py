@@ -1,6 +1,6 @@
 """The composition root: builds the engine, the database and the scheduler, and wires them.
 
-Everything else receives these as arguments (or through app.extensions["flightdeck"]).
+Everything else receives these as arguments, or in a request through `context.current_services()`.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from controlplane.history.retention import apply_retention
 from controlplane.history.sampler import HistorySampler
 from controlplane.history.service import HistoryService
 from controlplane.modelstore import prepare_store, version_folder
+from controlplane.registry.service import Registry
 from controlplane.rollout.audit import system_audit
+from controlplane.rollout.controller import tick
 from controlplane.rollout.reconciler import Reconciler
-from controlplane.rollout.service import tick
 from controlplane.runbooks.automatic import alert_runner
 from controlplane.runbooks.runner import RunbookRunner, build_runner
 from controlplane.scheduler import LeaderScheduler, utcnow
@@ -39,7 +40,7 @@ from serving.runtime import check_single_distribution
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Services:
     """Everything a request handler or CLI command needs, built once per process."""
 
@@ -52,6 +53,7 @@ class Services:
     sampler: HistorySampler
     reconciler: Reconciler
     locate: Callable[[str, str], Path]
+    registry: Registry
     alerts: AlertEvaluator
     runbooks: RunbookRunner
     serving_gauges: metrics.ServingGauges
@@ -142,18 +144,19 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         run_automatic=alert_runner(runbooks),
     )
     services = Services(
-        settings,
-        engine,
-        db,
-        sessions,
-        None,
-        HistoryService(sessions),
-        sampler,
-        reconciler,
-        locate,
-        evaluator,
-        runbooks,
-        serving_gauges,
+        settings=settings,
+        engine=engine,
+        db=db,
+        sessions=sessions,
+        scheduler=None,
+        history=HistoryService(sessions),
+        sampler=sampler,
+        reconciler=reconciler,
+        locate=locate,
+        registry=Registry.for_settings(sessions, settings),
+        alerts=evaluator,
+        runbooks=runbooks,
+        serving_gauges=serving_gauges,
     )
     if settings.scheduler if start_scheduler is None else start_scheduler:
         scheduler = LeaderScheduler(sessions, settings.lease_ttl_s)

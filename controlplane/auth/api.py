@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, jsonify, request
 from flask.blueprints import BlueprintSetupState
 
 from controlplane.auth import tokens, users
@@ -29,14 +29,14 @@ from controlplane.auth.guard import (
 )
 from controlplane.auth.login import log_in
 from controlplane.auth.roles import Actor, Role
-from controlplane.auth.throttle import LoginThrottle
+from controlplane.auth.throttle import THROTTLE, LoginThrottle, current_throttle
+from controlplane.context import app_services
 from controlplane.db import get_db
 from controlplane.errors import ApiError, NotFound, error_response
-from controlplane.history.api import parse_time
 from controlplane.models import ApiToken, User
+from controlplane.timeparse import parse_time
 
 bp = Blueprint("auth", __name__, url_prefix="/api")
-THROTTLE = "flightdeck.login_throttle"  # app.extensions key; tests put one with a fake clock there
 MAX_TTL_S = 10 * 366 * 24 * 3600
 
 bp.before_app_request(guard_request)
@@ -45,8 +45,8 @@ bp.before_app_request(guard_request)
 @bp.record_once
 def _setup(state: BlueprintSetupState) -> None:
     app = state.app
-    settings = app.extensions["flightdeck"].settings
-    sessions = app.extensions["flightdeck"].sessions
+    settings = app_services(app).settings
+    sessions = app_services(app).sessions
     app.extensions.setdefault(THROTTLE, LoginThrottle(sessions, settings.login_max_failures, settings.login_lockout_s))
     init_cookies(app, settings.cookie_secure, timedelta(hours=settings.session_hours))
 
@@ -104,7 +104,7 @@ def login() -> Response:
         raise ApiError("'name' is required (a string)")
     if not isinstance(password, str) or not password:
         raise ApiError("'password' is required (a string)")
-    actor = log_in(get_db(), current_app.extensions[THROTTLE], name, password, request.remote_addr)
+    actor = log_in(get_db(), current_throttle(), name, password, request.remote_addr)
     return jsonify(_whoami(actor))
 
 
@@ -207,7 +207,8 @@ def create_token() -> tuple[Response, int]:
         event.detail.update(name=name, role=role.value, ttl_s=ttl_s)
         # A token made with a token cannot outrank the token it was made with.
         users.check_grant(actor.role, role, "a token")
-        token, secret = tokens.create_token(db, user, name, role, now, ttl_s)
+        parent = db.get(ApiToken, actor.token_id) if actor.token_id is not None else None
+        token, secret = tokens.create_token(db, user, name, role, now, ttl_s, parent)  # never outlives its parent
         event.detail.update(token_id=token.id, prefix=token.prefix)
     response = jsonify({"token": tokens.token_to_dict(token, actor.name, now), "secret": secret})
     response.headers["Cache-Control"] = "no-store"

@@ -7,7 +7,7 @@ together; `audited` wraps a change so that a failure still leaves an 'error' (or
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,10 +25,13 @@ from controlplane.models import AuditEvent
 
 log = logging.getLogger(__name__)
 
-Outcome = Literal["ok", "denied", "error"]
+AuditOutcome = Literal["ok", "denied", "error"]
 MAX_LIMIT = 1000
 ANONYMOUS = "anonymous"
 _SECRET_KEYS = {"password", "secret", "token", "authorization", "password_hash", "token_hash"}
+
+Audit = Callable[[Session, str, str, str, dict[str, Any]], None]
+"""What services take to record their events: (session, action, target, outcome, detail); who is bound by the caller."""
 
 
 def _scrub(detail: dict[str, Any]) -> dict[str, Any]:
@@ -41,7 +44,7 @@ def record_event(
     actor: Actor | None,
     action: str,
     target: str,
-    outcome: Outcome,
+    outcome: AuditOutcome,
     detail: dict[str, Any] | None = None,
     *,
     now: datetime | None = None,
@@ -70,6 +73,18 @@ def record_event(
     return event
 
 
+def audit_as(actor: Actor | None) -> Audit:
+    """Return an `Audit` that records events as `actor` (the CLI's OS user, the system), not the request's.
+
+    Example: `deployments.undeploy(session, "mlp", audit_as(cli_actor()))`; views use `guard.request_audit`.
+    """
+
+    def audit(session: Session, action: str, target: str, outcome: str, detail: dict[str, Any]) -> None:
+        record_event(session, actor, action, target, outcome, detail)
+
+    return audit
+
+
 @dataclass
 class Pending:
     """What an `audited` block will record; the block may fill in the target and detail as it learns them."""
@@ -94,7 +109,7 @@ def audited(session: Session, actor: Actor | None, action: str, target: str = ""
         session.commit()
     except Exception as exc:
         session.rollback()
-        outcome: Outcome = "denied" if isinstance(exc, AuthError) else "error"
+        outcome: AuditOutcome = "denied" if isinstance(exc, AuthError) else "error"
         message = exc.message if isinstance(exc, ApiError) else "internal error"
         try:
             record_event(session, actor, action, pending.target, outcome, {**pending.detail, "error": message})
@@ -107,7 +122,7 @@ def audited(session: Session, actor: Actor | None, action: str, target: str = ""
 
 @contextmanager
 def refusals_recorded(session: Session, actor: Actor | None, action: str, target: str) -> Iterator[None]:
-    """Let a refused change (an ApiError) leave an 'error' event in its own transaction, then re-raise.
+    """Let a refused change leave a 'denied' (access) or 'error' (anything else) event in its own transaction.
 
     For services that write their own 'ok' event beside the change; `audited` is for those that do not.
     """
@@ -115,7 +130,8 @@ def refusals_recorded(session: Session, actor: Actor | None, action: str, target
         yield
     except ApiError as exc:
         session.rollback()
-        record_event(session, actor, action, target, "error", {"error": exc.message})
+        outcome: AuditOutcome = "denied" if isinstance(exc, AuthError) else "error"
+        record_event(session, actor, action, target, outcome, {"error": exc.message})
         session.commit()
         raise
 

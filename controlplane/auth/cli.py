@@ -196,7 +196,7 @@ def tokens_list(user_name: str | None) -> None:
 @click.option("--action", help="Only this action (a trailing * matches a prefix, e.g. 'token.*').")
 def audit(since: str, limit: int, actor: str | None, action: str | None) -> None:
     """Print audit events, newest first."""
-    from controlplane.history.api import parse_time
+    from controlplane.timeparse import parse_time
 
     try:
         start = parse_time(since, "since", datetime.now(UTC))

@@ -18,15 +18,17 @@ from typing import Any, TypeVar
 
 from flask import Response, current_app, g, request, session
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
-from controlplane.auth import tokens
+from controlplane.auth import login_sessions, tokens
 from controlplane.auth.audit import record_event
 from controlplane.auth.errors import AuthError, Forbidden, Unauthorized
-from controlplane.auth.passwords import fingerprint
 from controlplane.auth.roles import Actor, Role
+from controlplane.context import current_services
 from controlplane.db import get_db
 from controlplane.errors import error_response
 from controlplane.models import User
+from controlplane.requestid import request_id_from_headers
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +43,10 @@ _UNSET = object()
 View = TypeVar("View", bound=Callable[..., Any])
 
 
-def _services() -> Any:
-    return current_app.extensions["flightdeck"]
-
-
 def _touch(token_id: int, now: datetime) -> None:
     # NOTE: a separate short transaction, so the request's own session commits nothing it did not ask for.
     try:
-        with _services().sessions() as db:
+        with current_services().sessions() as db:
             tokens.touch(db, token_id, now)
             db.commit()
     except SQLAlchemyError:
@@ -69,12 +67,13 @@ def _actor_from_token(secret: str) -> Actor | None:
 
 
 def _actor_from_cookie() -> Actor | None:
-    user_id = session.get("uid")
-    if not isinstance(user_id, int):
+    session_id = session.get("sid")
+    if not isinstance(session_id, str):
         return None
-    user = get_db().get(User, user_id)
-    # A disabled user, or one whose password changed since the login, has no session any more.
-    if user is None or user.disabled or session.get("key") != fingerprint(user.password_hash):
+    # The cookie's random id must name a live session row: logout, a password or role change and
+    # disabling the user delete it, and nothing in the cookie is derived from the password hash.
+    user = login_sessions.find_session(get_db(), session_id, datetime.now(UTC))
+    if user is None:
         return None
     return Actor(name=user.name, role=Role(user.role), kind="user", user_id=user.id)
 
@@ -97,6 +96,11 @@ def current_actor() -> Actor | None:
     return actor
 
 
+def request_audit(session: Session, action: str, target: str, outcome: str, detail: dict[str, Any]) -> None:
+    """Record an audit event as whoever this request acts as: the `Audit` views hand to services."""
+    record_event(session, current_actor(), action, target, outcome, detail)
+
+
 def bearer_actor() -> Actor | None:
     """Return the actor of this request's bearer token, or None (a session cookie does not count)."""
     actor = current_actor()
@@ -106,15 +110,20 @@ def bearer_actor() -> Actor | None:
 def start_session(user: User) -> str:
     """Log `user` in on this response's session cookie; return the new CSRF token."""
     session.clear()  # NOTE: a fresh session at login, so nothing set before it (fixation) survives
-    session["uid"] = user.id
-    session["key"] = fingerprint(user.password_hash)
+    lifetime = current_app.permanent_session_lifetime
+    session["sid"] = login_sessions.open_session(get_db(), user, datetime.now(UTC), lifetime)  # the caller commits
     session["csrf"] = secrets.token_urlsafe(32)
     g.actor = Actor(name=user.name, role=Role(user.role), kind="user", user_id=user.id)
     return session["csrf"]
 
 
 def end_session() -> None:
-    """Forget the session cookie's login."""
+    """End the session cookie's login: its row goes (in a short transaction of its own) and the cookie is cleared."""
+    session_id = session.get("sid")
+    if isinstance(session_id, str):
+        with current_services().sessions() as db:
+            login_sessions.end_session(db, session_id)
+            db.commit()
     session.clear()
     g.actor = None
 
@@ -158,8 +167,6 @@ def check_access(role: Role) -> Actor:
 def refusal(exc: AuthError, needed: Role | None = None, action: str | None = None) -> Response:
     """Answer a refused request in the management envelope; a refused mutation leaves a 'denied' audit event."""
     if "request_id" not in g:  # the auth hook may run before the app's own request-id hook
-        from controlplane.inference_api import request_id_from_headers
-
         g.request_id = request_id_from_headers()
     if request.method in MUTATING:
         detail: dict[str, Any] = {"method": request.method, "error": exc.message}
@@ -227,7 +234,7 @@ def guard_request() -> Response | None:
         request.method in READING
         and request.path.startswith("/api/")
         and request.path not in OPEN_READS
-        and _services().settings.auth_reads
+        and current_services().settings.auth_reads
     ):
         needed = Role.VIEWER
     else:

@@ -16,6 +16,7 @@ import hashlib
 import time
 from collections.abc import Callable
 
+from flask import current_app
 from sqlalchemy import delete
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -23,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from controlplane.models import LoginFailure
 
 MAX_FACTOR = 64
+THROTTLE = "flightdeck.login_throttle"  # app.extensions key; tests put one with a fake clock there
 
 
 def throttle_key(name: str, address: str | None) -> str:
@@ -96,3 +98,8 @@ class LoginThrottle:
                 row.locked_until = now + self.lockout_s * factor
             session.execute(delete(LoginFailure).where(LoginFailure.last_at < now - self.forget_after_s))
             return max(0.0, row.locked_until - now)
+
+
+def current_throttle() -> LoginThrottle:
+    """Return the login throttle of the application handling the current request (API and console alike)."""
+    return current_app.extensions[THROTTLE]

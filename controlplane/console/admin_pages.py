@@ -5,16 +5,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from flask import Response, request
-from sqlalchemy import select
 
 from alerts.notifiers import NOTIFIERS
-from controlplane.alerting.api import receiver_json
+from controlplane.alerting.readmodel import list_receivers, receiver_json
 from controlplane.auth import tokens, users
 from controlplane.auth.audit import MAX_LIMIT, event_to_dict, list_events
 from controlplane.auth.roles import Role
 from controlplane.console.base import actor, bp, can, login_required, page
 from controlplane.db import get_db
-from controlplane.models import Receiver
 
 AUDIT_SHOWN = 200
 OUTCOMES = ("ok", "denied", "error")
@@ -43,7 +41,7 @@ def audit() -> Response:
 def settings() -> Response:
     """Receivers, users (admins see and change them) and API tokens (yours; an admin sees everyone's)."""
     db, who, now = get_db(), actor(), datetime.now(UTC)
-    receivers = [receiver_json(r) for r in db.scalars(select(Receiver).order_by(Receiver.name))]
+    receivers = [receiver_json(r) for r in list_receivers(db)]
     people = [users.user_to_dict(u) for u in users.list_users(db)] if can(Role.ADMIN) else []
     owner = None if who.role >= Role.ADMIN else who.user_id
     shown_tokens = [tokens.token_to_dict(t, user, now) for t, user in tokens.list_tokens(db, owner)]

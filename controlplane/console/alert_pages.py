@@ -11,9 +11,10 @@ from sqlalchemy import select
 
 from alerts.lifecycle import Silence
 from alerts.rules import Rule
-from controlplane.alerting.api import alert_json, alert_timeline, silence_json
 from controlplane.alerting.evaluator import as_silence
-from controlplane.console.base import bp, login_required, page, services
+from controlplane.alerting.readmodel import alert_json, alert_timeline, list_silences, silence_json
+from controlplane.console.base import bp, login_required, page
+from controlplane.context import current_services
 from controlplane.db import get_db
 from controlplane.errors import NotFound
 from controlplane.models import AlertRecord, OutboxMessage, SilenceRecord
@@ -67,8 +68,8 @@ def _decorate(row: AlertRecord, rules: dict[str, Rule], silenced_by: int | None)
 def alerts() -> Response:
     """Alerts by state, silences, the rules with their runbooks, and the latest chat deliveries."""
     db, now = get_db(), datetime.now(UTC)
-    rules = services().alerts.rules
-    silence_rows = list(db.scalars(select(SilenceRecord).order_by(SilenceRecord.id.desc())))
+    rules = current_services().alerts.rules
+    silence_rows = list_silences(db)
     active = _active_silences(silence_rows, now)
     groups: dict[str, list[dict[str, Any]]] = {"firing": [], "pending": [], "silenced": [], "resolved": []}
     rows = db.scalars(select(AlertRecord).where(AlertRecord.state.in_(("firing", "pending", "resolved"))))
@@ -109,7 +110,7 @@ def alert(fingerprint: str) -> Response:
     row = db.get(AlertRecord, fingerprint)
     if row is None:
         raise NotFound(f"no alert {fingerprint}")
-    rules = services().alerts.rules
+    rules = current_services().alerts.rules
     rule = rules.get(row.rule)
     now = datetime.now(UTC)
     active = _active_silences(list(db.scalars(select(SilenceRecord))), now)

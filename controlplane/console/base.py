@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import plotly
-from flask import Blueprint, Response, current_app, g, make_response, redirect, render_template, request, url_for
+from flask import Blueprint, Response, g, make_response, redirect, render_template, request, url_for
 from werkzeug.exceptions import HTTPException
 
 from controlplane.auth.guard import csrf_token, current_actor
@@ -47,11 +47,6 @@ NAV = (
     ("console.audit", "Audit log"),
     ("console.settings", "Settings"),
 )
-
-
-def services() -> Any:
-    """Return the composition root's services."""
-    return current_app.extensions["flightdeck"]
 
 
 def actor() -> Actor:

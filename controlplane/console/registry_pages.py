@@ -12,8 +12,8 @@ from flask import Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from controlplane.console.base import bp, login_required, page, services
-from controlplane.console.model_pages import (
+from controlplane.console.base import bp, login_required, page
+from controlplane.console.model_status import (
     firing_by_model,
     first_deploy_words,
     health,
@@ -24,10 +24,10 @@ from controlplane.console.model_pages import (
     model_versions,
     undeploy_words,
 )
+from controlplane.context import current_services
 from controlplane.db import get_db
 from controlplane.models import Deployment
-from controlplane.registry.service import Registry
-from controlplane.rollout.api import describe_deployment
+from controlplane.rollout.readmodel import describe_deployment
 from controlplane.rollout.states import ACTIVE
 
 MODELS_REFRESH_S = 5
@@ -35,9 +35,9 @@ MODELS_REFRESH_S = 5
 
 def _names(db: Session) -> list[str]:
     """Every model the registry holds, plus any served from elsewhere (the plain store, until it goes)."""
-    registry = Registry.for_settings(services().sessions, services().settings)
+    registry = current_services().registry
     pushed = {row.name for row in registry.list()}
-    return sorted(pushed | set(db.scalars(select(Deployment.model))) | set(services().engine.models()))
+    return sorted(pushed | set(db.scalars(select(Deployment.model))) | set(current_services().engine.models()))
 
 
 def serving_state(deployment: dict[str, Any] | None, ready: bool) -> str:
@@ -84,6 +84,6 @@ def models() -> Response:
     return page(
         "console/models.html",
         models=listed,
-        max_archive_bytes=services().settings.max_archive_bytes,
+        max_archive_bytes=current_services().settings.max_archive_bytes,
         refresh_s=MODELS_REFRESH_S,
     )

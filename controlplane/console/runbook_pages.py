@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Response, current_app, request
+from flask import Response, request
 from sqlalchemy.orm import Session
 
 from controlplane.console.base import bp, login_required, page
+from controlplane.context import current_services
 from controlplane.db import get_db
-from controlplane.runbooks.api import RUNNER, expire_due, run_json
+from controlplane.runbooks.readmodel import expire_due, run_json
 from controlplane.runbooks.runner import RunbookRunner
 from controlplane.runbooks.states import OPEN, RESUMABLE, RunState
 
@@ -18,12 +19,13 @@ RUN_REFRESH_S = 1
 
 
 def _runner() -> RunbookRunner:
-    return current_app.extensions[RUNNER]
+    return current_services().runbooks
 
 
 def _runs(db: Session, runbook: str | None = None) -> list[dict[str, Any]]:
-    expire_due(db)
-    return [run_json(r) for r in _runner().list_runs(db, runbook, None, RUNS_SHOWN)]
+    runner = _runner()
+    expire_due(db, runner)
+    return [run_json(r) for r in runner.list_runs(db, runbook, None, RUNS_SHOWN)]
 
 
 @bp.get("/runbooks")
@@ -75,9 +77,9 @@ def runbook(name: str) -> Response:
 @login_required
 def run(run_id: int) -> Response:
     """One run: its arguments, steps and output, refreshed live until it ends; approve, reject or resume it."""
-    db = get_db()
-    expire_due(db)
-    found = run_json(_runner().get(db, run_id), detail=True)
+    db, runner = get_db(), _runner()
+    expire_due(db, runner)
+    found = run_json(runner.get(db, run_id), detail=True)
     state = RunState(found["state"])
     return page(
         "console/run.html",

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import secrets
 
-from flask import Response, current_app, redirect, request, session, url_for
+from flask import Response, redirect, request, session, url_for
 
 from controlplane.auth import public
-from controlplane.auth.api import THROTTLE
 from controlplane.auth.audit import record_event
 from controlplane.auth.errors import AuthError
 from controlplane.auth.guard import csrf_matches, current_actor, end_session
 from controlplane.auth.login import log_in
+from controlplane.auth.throttle import current_throttle
 from controlplane.console.base import bp, page, safe_next
 from controlplane.db import get_db
 
@@ -52,7 +52,7 @@ def login_submit() -> Response:
     if not name or not password:
         return _login_page("Enter your name and password.", 400, name)
     try:
-        log_in(get_db(), current_app.extensions[THROTTLE], name, password, request.remote_addr)
+        log_in(get_db(), current_throttle(), name, password, request.remote_addr)
     except AuthError as exc:
         message = "Wrong name or password." if exc.status == 401 else f"Refused: {exc.message}."
         return _login_page(message, exc.status, name, exc.headers)

@@ -2,33 +2,18 @@
 
 from __future__ import annotations
 
-import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, jsonify, request
 
+from controlplane.context import current_services
 from controlplane.errors import ApiError
 from controlplane.history.query import METRICS
+from controlplane.timeparse import parse_time
 
 bp = Blueprint("history", __name__, url_prefix="/api/history")
 
 MAX_POINTS = 5000
-_RELATIVE = re.compile(r"^-(\d+)([smhd])$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
-
-
-def parse_time(value: str, name: str, now: datetime) -> datetime:
-    """Parse 'now', a relative '-15m' / '-2h' / '-7d', or an ISO 8601 time (UTC when no offset)."""
-    if value == "now":
-        return now
-    match = _RELATIVE.match(value)
-    if match:
-        return now - timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise ApiError(f"'{name}' must be 'now', a relative time like -1h, or ISO 8601; got {value!r}") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def parse_range(default_start: str = "-1h") -> tuple[datetime, datetime]:
@@ -42,7 +27,7 @@ def parse_range(default_start: str = "-1h") -> tuple[datetime, datetime]:
 
 
 def _history():
-    return current_app.extensions["flightdeck"].history
+    return current_services().history
 
 
 @bp.get("")

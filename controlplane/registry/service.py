@@ -27,7 +27,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.errors import ApiError, Conflict, NotFound
 from controlplane.models import ModelVersion
-from controlplane.modelstore import list_models, list_versions
 from controlplane.registry.archive import ARCHIVE_FILE, ArchiveLimits, extract_archive, pack_archive
 from controlplane.registry.checks import (
     MANIFEST_FILE,
@@ -37,6 +36,7 @@ from controlplane.registry.checks import (
     read_manifest,
 )
 from controlplane.registry.errors import ArchiveTooLarge, HashMismatch, InvalidArchive, RegistryError
+from controlplane.registry.plainstore import list_models, list_versions
 from serving.engine import read_manifest as read_store_manifest
 
 if TYPE_CHECKING:

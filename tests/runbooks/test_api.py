@@ -18,9 +18,9 @@ from werkzeug.serving import make_server
 
 from controlplane.auth import Role
 from controlplane.auth import users as user_service
+from controlplane.context import app_services
 from controlplane.models import ApiToken, AuditEvent, Base
 from controlplane.models.runbook import RunbookRun
-from controlplane.runbooks import api as runbooks_api
 from controlplane.runbooks.catalog import RunbookCatalog
 from controlplane.runbooks.runner import RunbookRunner
 from tests.runbooks.conftest import token_for
@@ -42,21 +42,21 @@ def app_config(home: Path) -> dict:
 
 @pytest.fixture
 def app(app_config: dict, runbooks_dir: Path, tmp_path: Path) -> Iterator[Flask]:
-    """The app with the runbook blueprint, served on 127.0.0.1, its runner over the test's runbooks folder."""
+    """The app served on 127.0.0.1, its services' runner over the test's runbooks folder."""
     from controlplane.app import create_app
 
     application = create_app(app_config)
     application.testing = True
-    services = application.extensions["flightdeck"]
+    services = app_services(application)
     Base.metadata.create_all(services.db, tables=[RunbookRun.__table__])  # a no-op once 0008 is at head
     server = make_server("127.0.0.1", 0, application, threaded=True)
     runner = RunbookRunner(
         RunbookCatalog(runbooks_dir), services.sessions, api_url=f"http://127.0.0.1:{server.port}",
         output_dir=tmp_path / "out",
     )  # fmt: skip
-    application.extensions[runbooks_api.RUNNER] = runner
-    if "runbooks" not in application.blueprints:
-        application.register_blueprint(runbooks_api.bp)
+    # NOTE: the API and the console use the composition root's runner; this one runs the test's scripts.
+    services.runbooks.shutdown()
+    services.runbooks = runner
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield application
@@ -76,7 +76,7 @@ def tokens(app: Flask) -> dict[str, dict[str, str]]:
 
 
 def runner_of(app: Flask) -> RunbookRunner:
-    return app.extensions[runbooks_api.RUNNER]
+    return app_services(app).runbooks
 
 
 def finished(app: Flask, client, run_id: int, headers: dict) -> dict:

@@ -1,0 +1,167 @@
+"""The control plane's import rules: views only parse, call and render, and imports go one way.
+
+No module imports a blueprint (view) module except the app factory and the console package that
+registers the pages: shared readers and helpers live in modules of their own (`alerting.readmodel`,
+`rollout.readmodel`, `timeparse`, `requestid`, ...). The import graph has no cycles, counting the
+imports inside functions too (a lazy import that closes a cycle only hides it), and every module
+imports in a fresh interpreter whatever was imported before it.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "controlplane"
+VIEW_MODULES = {"inference_api", "repository_api", "ops_api", "dashboards_view"}  # top-level blueprints
+MAY_IMPORT_VIEWS = {"controlplane.app", "controlplane.console"}  # they register the blueprints
+NOT_IMPORTABLE = {"controlplane.__main__"}  # importing it runs the command line
+
+
+def module_name(path: Path) -> str:
+    """Return the dotted name of a module file under the repository root."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def is_view(name: str) -> bool:
+    """Say whether `name` is a blueprint module: `*/api.py`, a top-level API or view, or a console page."""
+    parts = name.split(".")
+    return (
+        parts[-1] == "api"
+        or (len(parts) == 2 and parts[1] in VIEW_MODULES)
+        or (parts[:2] == ["controlplane", "console"] and parts[-1].endswith("_pages"))
+    )
+
+
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    hidden: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            hidden.update(id(sub) for sub in ast.walk(node))
+    return hidden
+
+
+def imports_of(name: str) -> set[str]:
+    """Return the control-plane modules `name` imports anywhere in its body (functions too), not for typing only."""
+    path = MODULES[name]
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    hidden = _type_checking_only(tree)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in hidden:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolve against this module's package
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            for alias in node.names:
+                submodule = f"{base}.{alias.name}"
+                found.add(submodule if submodule in MODULES else base)
+    return {target for target in found if target in MODULES and target != name}
+
+
+GRAPH = {name: imports_of(name) for name in MODULES}
+
+
+def test_the_rules_recognise_what_they_police() -> None:
+    views = {name for name in MODULES if is_view(name)}
+    assert {"controlplane.alerting.api", "controlplane.inference_api", "controlplane.console.model_pages"} <= views
+    assert not {"controlplane.alerting.readmodel", "controlplane.console.base", "controlplane.app"} & views
+    assert "controlplane.console.base" in GRAPH["controlplane.console.model_pages"]
+    assert "controlplane.models" in GRAPH["controlplane.models.alerting"]  # `from controlplane.models import Base`
+
+
+def test_no_module_imports_a_view_module_but_the_app_and_the_console() -> None:
+    offending = {
+        name: sorted(target for target in targets if is_view(target))
+        for name, targets in GRAPH.items()
+        if name not in MAY_IMPORT_VIEWS
+    }
+    assert {name: views for name, views in offending.items() if views} == {}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Return the strongly connected components with more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_cycles_are_found_where_there_are_some() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_import_graph_has_no_cycles() -> None:
+    # NOTE: a package's __init__ always runs before its submodules, so a submodule may import names the
+    # package defined before importing it (models/__init__ defines Base, then imports the tables).
+    graph = {
+        name: {target for target in targets if not name.startswith(f"{target}.")} for name, targets in GRAPH.items()
+    }
+    assert _cycles(graph) == []
+
+
+IMPORT_ALL = """
+import importlib, sys, traceback
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except Exception:
+        traceback.print_exc()
+        sys.exit(f"importing {name} failed")
+"""
+
+
+@pytest.mark.parametrize("order", ["sorted", "reversed", "shuffled"])
+def test_every_module_imports_in_a_fresh_interpreter_in_any_order(order: str) -> None:
+    names = sorted(set(MODULES) - NOT_IMPORTABLE)
+    if order == "reversed":
+        names.reverse()
+    elif order == "shuffled":
+        random.Random(11).shuffle(names)
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORT_ALL, *names], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
