@@ -2,7 +2,7 @@
 
 No CDN: plotly.js is the bundle that ships inside the `plotly` Python package, so the console works
 on a machine with no internet. The figures come from `dashboards.figures` over the history service
-(`app.extensions["flightdeck"].history`, any object with the `History` methods below).
+(`app_services(app).history`, any object with the `History` methods below).
 """
 
 from __future__ import annotations
@@ -12,12 +12,15 @@ from datetime import UTC, datetime, timedelta
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from flask import Blueprint, Response, current_app, jsonify, request, send_file
+from flask import Blueprint, Response, request, send_file
+from pydantic import Field, field_validator
 
 from controlplane.console.base import login_required
 from controlplane.console.base import page as console_page
+from controlplane.context import current_services
+from controlplane.contract import QueryArgs, Reply, operation
 from controlplane.errors import ApiError, NotFound
 from dashboards import figures
 
@@ -97,7 +100,7 @@ def dashboard_figures(history: History, model: str | None, range_name: str) -> l
 
 
 def _history() -> History:
-    history = getattr(current_app.extensions["flightdeck"], "history", None)
+    history = getattr(current_services(), "history", None)
     if history is None:
         raise Unavailable("the history service is not running in this process")
     return history
@@ -122,7 +125,7 @@ def page() -> Response:
         range_name, model = DEFAULT_RANGE, None
     every = request.args.get("every", "")
     refresh_s = int(every) if every in {str(s) for s in REFRESH_CHOICES_S} else DEFAULT_REFRESH_S
-    models = current_app.extensions["flightdeck"].engine.models()
+    models = current_services().engine.models()
     if model and model not in models:
         models = sorted([*models, model])  # history may hold a model no longer loaded here
     return console_page(
@@ -140,13 +143,36 @@ def page() -> Response:
     )
 
 
+class FiguresQuery(QueryArgs):
+    model: str | None = Field(None, description="Only this model (default: every model)")
+    range: str = Field(DEFAULT_RANGE, json_schema_extra={"enum": list(RANGES)}, description="Time range")
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model(cls, value: str | None) -> str | None:
+        return parse_model(value)
+
+    @field_validator("range", mode="before")
+    @classmethod
+    def _range(cls, value: str | None) -> str:
+        return parse_range(value)
+
+
+class Figures(Reply):
+    model: str | None
+    range: str
+    figures: list[dict[str, Any]] = Field(description="Plotly figure dicts (data, layout)")
+
+
 @bp.get("/api/dashboards/figures")
-def figures_api() -> Response:
-    """Return {"figures": [...]} for ?model=NAME (empty: every model) and ?range=15m|1h|6h|24h|7d."""
-    range_name = parse_range(request.args.get("range"))
-    model = parse_model(request.args.get("model"))
-    figs = dashboard_figures(_history(), model, range_name)
-    return jsonify({"model": model, "range": range_name, "figures": figs})
+@operation(query=FiguresQuery, response=Figures)
+def figures_api(query: FiguresQuery) -> dict[str, Any]:
+    """The dashboard's Plotly figures for a model and a time range"""
+    return {
+        "model": query.model,
+        "range": query.range,
+        "figures": dashboard_figures(_history(), query.model, query.range),
+    }
 
 
 @bp.get("/assets/plotly.min.js")

@@ -6,19 +6,30 @@ carries; the management API uses its own envelope (controlplane.errors).
 
 from __future__ import annotations
 
-import itertools
 import logging
-import os
 import time
 
-from flask import Blueprint, Response, current_app, g, json, request
+from flask import Blueprint, Response, g, json, request
 
-from controlplane import metrics
+from controlplane import __version__, metrics
 from controlplane.auth.errors import REALM
 from controlplane.auth.guard import bearer_actor
+from controlplane.context import current_services
+from controlplane.contract import operation
+from controlplane.inference_schemas import (
+    InferenceRequest,
+    InferenceResponse,
+    Live,
+    ModelConfig,
+    ModelMetadata,
+    ModelReady,
+    ModelStatistics,
+    Ready,
+    ServerMetadata,
+)
 from controlplane.requestlog import log_request
 from serving.codec import HEADER_LENGTH, decode_request, encode_response, select_outputs
-from serving.engine import Engine, LoadedVersion
+from serving.engine import Engine, LoadedVersion, Routed
 from serving.errors import InputRejected, InvalidInput, ModelNotFound, Overloaded, PayloadTooLarge, ServingError
 from serving.modelconfig import triton_config
 from serving.runtime import CUDA
@@ -28,16 +39,12 @@ log = logging.getLogger(__name__)
 
 bp = Blueprint("oip", __name__, url_prefix="/v2")
 
-SERVER_VERSION = "0.1.0"
+SERVER_VERSION = __version__
 EXTENSIONS = ["binary_tensor_data", "statistics", "model_configuration", "model_repository"]
 
 
-def _services():
-    return current_app.extensions["flightdeck"]
-
-
 def _engine() -> Engine:
-    return _services().engine
+    return current_services().engine
 
 
 def _json(payload: object, status: int = 200) -> Response:
@@ -50,7 +57,7 @@ OPEN_ENDPOINTS = {"oip.live", "oip.ready"}  # probes stay open even with FLIGHTD
 @bp.before_request
 def _require_token() -> Response | None:
     """With FLIGHTDECK_INFERENCE_AUTH, refuse /v2 requests without a valid API token (any role)."""
-    if not _services().settings.inference_auth or request.endpoint in OPEN_ENDPOINTS:
+    if not current_services().settings.inference_auth or request.endpoint in OPEN_ENDPOINTS:
         return None
     if bearer_actor() is not None:
         return None
@@ -68,17 +75,23 @@ def _serving_error(exc: ServingError) -> Response:
 
 
 @bp.get("")
+@operation(response=ServerMetadata, runtime=False)
 def server_metadata() -> Response:
+    """Server metadata: name, version, protocol extensions"""
     return _json({"name": "flightdeck", "version": SERVER_VERSION, "extensions": EXTENSIONS})
 
 
 @bp.get("/health/live")
+@operation(response=Live, runtime=False)
 def live() -> Response:
+    """Liveness: the process answers"""
     return _json({"live": True})
 
 
 @bp.get("/health/ready")
+@operation(response=Ready, runtime=False, errors={503: "Not ready (loading, or draining)"})
 def ready() -> Response:
+    """Readiness: every deployed model this node serves is loaded and checked, and the node is not draining"""
     is_ready = _engine().ready()
     return _json({"ready": is_ready}, 200 if is_ready else 503)
 
@@ -106,7 +119,9 @@ def _spec(name: str, version: str | None) -> ModelSpec:
 
 @bp.get("/models/<name>")
 @bp.get("/models/<name>/versions/<version>")
+@operation(response=ModelMetadata, runtime=False, errors={404: "No such model or version loaded"})
 def model_metadata(name: str, version: str | None = None) -> Response:
+    """A model's metadata: versions, platform, input and output tensors"""
     spec = _spec(name, version)
     return _json(
         {
@@ -121,14 +136,18 @@ def model_metadata(name: str, version: str | None = None) -> Response:
 
 @bp.get("/models/<name>/config")
 @bp.get("/models/<name>/versions/<version>/config")
+@operation(response=ModelConfig, runtime=False, errors={404: "No such model or version loaded"})
 def model_config(name: str, version: str | None = None) -> Response:
+    """A loaded version's effective configuration, in Triton's model configuration form"""
     loaded = _loaded(name, version)
     return _json(triton_config(loaded.spec, loaded.config, on_gpu=loaded.provider == CUDA))
 
 
 @bp.get("/models/<name>/ready")
 @bp.get("/models/<name>/versions/<version>/ready")
+@operation(response=ModelReady, runtime=False, errors={404: "No such model or version loaded", 503: "Not ready"})
 def model_ready(name: str, version: str | None = None) -> Response:
+    """Whether a model (or one version) is loaded and ready"""
     _spec(name, version)  # 404 for unknown model or version
     is_ready = _engine().model_ready(name, version)
     return _json({"name": name, "ready": is_ready}, 200 if is_ready else 503)
@@ -154,8 +173,17 @@ def _read_body(limit: int) -> bytes:
 
 @bp.post("/models/<name>/infer")
 @bp.post("/models/<name>/versions/<version>/infer")
+@operation(
+    body=InferenceRequest, response=InferenceResponse, runtime=False,
+    errors={
+        404: "No such model or version loaded", 413: "The body is larger than FLIGHTDECK_MAX_REQUEST_BYTES",
+        429: "The queue is full (Retry-After)", 500: "The model failed on this request",
+        503: "Not ready, or draining", 504: "The request's deadline passed before it ran",
+    },
+)  # fmt: skip
 def infer(name: str, version: str | None = None) -> Response:
-    settings = _services().settings
+    """Run an inference: JSON tensors, or JSON then binary tensors (the binary tensor extension)"""
+    settings = current_services().settings
     started = time.perf_counter()
     request_id = g.request_id
     record: dict = {"request_id": request_id, "model": name, "version": version}
@@ -164,7 +192,9 @@ def infer(name: str, version: str | None = None) -> Response:
     try:
         _engine().check_admission(name)  # before decoding: refusing the excess must be cheap
         body = _read_body(settings.max_request_bytes)
+        decode_started = time.perf_counter_ns()
         decoded = decode_request(body, _header_length())
+        decode_ns = time.perf_counter_ns() - decode_started
         timeout_us = decoded.timeout_us
         decode_ms = (time.perf_counter() - started) * 1000
         tensors = decoded.tensors
@@ -182,8 +212,10 @@ def infer(name: str, version: str | None = None) -> Response:
             queue_ms=round(routed.queue_s * 1000, 3),
             compute_ms=round(routed.compute_s * 1000, 3),
         )
+        encode_started = time.perf_counter_ns()
         wanted = select_outputs(decoded, list(routed.outputs))
         body, json_length = encode_response(name, routed.version, decoded.id, routed.outputs, wanted)
+        _record_codec(name, routed, decode_ns, time.perf_counter_ns() - encode_started)
         response = Response(
             body, status=200, mimetype="application/json" if json_length is None else "application/octet-stream"
         )
@@ -212,8 +244,17 @@ def infer(name: str, version: str | None = None) -> Response:
         )
 
 
+def _record_codec(name: str, routed: Routed, decode_ns: int, encode_ns: int) -> None:
+    """Count a successful request's decode and encode time in the statistics of the version that ran it."""
+    for loaded in _engine().loaded(name):
+        if loaded.slot == routed.slot and loaded.spec.version == routed.version:
+            loaded.batcher.record_codec(decode_ns, encode_ns)
+            return
+    # NOTE: a version unloaded while this request was encoded has no statistics left to count in.
+
+
 def _stats_entry(loaded: LoadedVersion) -> dict:
-    s = loaded.batcher.stats
+    s = loaded.batcher.stats  # NOTE: a copy taken under the batcher's lock, consistent with itself
 
     def pair(count: int, ns: int) -> dict:
         return {"count": count, "ns": ns}
@@ -230,19 +271,16 @@ def _stats_entry(loaded: LoadedVersion) -> dict:
             "success": pair(s.success, s.success_ns),
             "fail": pair(s.failed, s.failed_ns),
             "queue": pair(s.success + s.failed, s.queue_ns),
-            "compute_input": pair(0, 0),
+            # Decode of the request's inputs and encode of its outputs, per successful request.
+            "compute_input": pair(s.decoded, s.decode_ns),
             "compute_infer": pair(s.execution_count, s.compute_ns),
-            "compute_output": pair(0, 0),
+            "compute_output": pair(s.encoded, s.encode_ns),
             "cache_hit": pair(0, 0),
             "cache_miss": pair(0, 0),
         },
         "batch_stats": [
-            {
-                "batch_size": size,
-                "compute_input": pair(0, 0),
-                "compute_infer": pair(count, ns),
-                "compute_output": pair(0, 0),
-            }
+            # Codec time is measured per request, not per batch, so batch entries carry compute_infer only.
+            {"batch_size": size, "compute_infer": pair(count, ns)}
             for size, (count, ns) in sorted(s.batch_sizes.items())
         ],
         "timeouts": s.timeouts,
@@ -258,40 +296,12 @@ def _stats_entry(loaded: LoadedVersion) -> dict:
 @bp.get("/models/stats")
 @bp.get("/models/<name>/stats")
 @bp.get("/models/<name>/versions/<version>/stats")
+@operation(response=ModelStatistics, runtime=False, errors={404: "No such model or version loaded"})
 def stats(name: str | None = None, version: str | None = None) -> Response:
+    """Triton's statistics extension: counts and durations per loaded version, and batch sizes"""
     loaded = _engine().loaded() if name is None else _versions(name)
     if version is not None:
         loaded = [v for v in loaded if v.spec.version == version]
         if not loaded:
             raise ModelNotFound(f"model '{name}' has no version {version} loaded")
     return _json({"model_stats": [_stats_entry(v) for v in sorted(loaded, key=lambda v: (v.spec.name, v.slot))]})
-
-
-class _RequestIds:
-    """New request ids: 16 random hex digits per process, then a counter (32 hex digits, as uuid4().hex).
-
-    NOTE: uuid4 reads os.urandom on every request (a system call); a random prefix drawn once per
-    process (again in a forked child) keeps ids unique across workers and nodes for a counter's cost.
-    """
-
-    def __init__(self) -> None:
-        self.reset()
-        os.register_at_fork(after_in_child=self.reset)
-
-    def reset(self) -> None:
-        self._prefix = os.urandom(8).hex()
-        self._counter = itertools.count()  # NOTE: next() on it is atomic under the GIL
-
-    def new(self) -> str:
-        return f"{self._prefix}{next(self._counter) & 0xFFFF_FFFF_FFFF_FFFF:016x}"
-
-
-_request_ids = _RequestIds()
-
-
-def request_id_from_headers() -> str:
-    """Return the caller's X-Request-ID if sensible, else a new one."""
-    given = request.headers.get("X-Request-ID")
-    if given and len(given) <= 128 and given.isprintable():
-        return given
-    return _request_ids.new()

@@ -2,25 +2,54 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, current_app, jsonify
+from typing import Any
+
+from flask import Blueprint, Response
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import Field
 
 from controlplane import metrics
+from controlplane.context import current_services
+from controlplane.contract import Reply, operation
 
 bp = Blueprint("ops", __name__)
 
 
+class SlotView(Reply):
+    version: str
+    provider: str = Field(description="the execution provider the session really got")
+    queue_depth: int
+    max_batch_size: int
+    warmup_s: float
+
+
+class ModelView(Reply):
+    name: str
+    ready: bool
+    weights: dict[str, int] = Field(description="traffic percent per slot")
+    slots: dict[str, SlotView]
+
+
+class EngineView(Reply):
+    ready: bool
+    draining: bool
+    models: list[ModelView]
+
+
 @bp.get("/metrics")
+@operation(media=CONTENT_TYPE_LATEST.split(";")[0])
 def prometheus_metrics() -> Response:
-    services = current_app.extensions["flightdeck"]
+    """Prometheus metrics of every process of this server (text exposition format)"""
+    services = current_services()
     services.refresh_gauges()
     return Response(metrics.render(), mimetype=CONTENT_TYPE_LATEST)
 
 
 @bp.get("/api/engine")
-def engine_status() -> Response:
+@operation(response=EngineView)
+def engine_status() -> dict[str, Any]:
     """Describe what this process serves: models, slots, versions, providers, weights, queues."""
-    engine = current_app.extensions["flightdeck"].engine
+    engine = current_services().engine
     models = []
     for name in engine.models():
         slots = {
@@ -36,4 +65,4 @@ def engine_status() -> Response:
         models.append(
             {"name": name, "ready": engine.model_ready(name), "weights": engine.weights(name), "slots": slots}
         )
-    return jsonify({"ready": engine.ready(), "draining": engine.draining, "models": models})
+    return {"ready": engine.ready(), "draining": engine.draining, "models": models}
