@@ -6,49 +6,108 @@ state as `POST /api/models/<m>/deploy` and `/undeploy`, with the same audit even
 Triton's, answer once this process has applied it: a load returns 200 when the model serves here
 and 400 with the reason when its load or golden check failed. Other processes follow within one
 reconcile poll. Errors are in the inference protocol's {"error": "..."} form.
+
+Bodies are typed (unknown fields refused) and may be left out; they are read as JSON whatever the
+Content-Type says, since tritonclient sends none.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import enum
+from typing import Any, Literal
 
-from flask import Blueprint, Response, current_app, json, request
+from flask import Blueprint
+from pydantic import Field, model_validator
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from controlplane.auth import Role, current_actor, record_event, require_role
+from controlplane.auth import Role, current_actor, request_audit, require_role
 from controlplane.auth.audit import refusals_recorded
+from controlplane.context import current_services
+from controlplane.contract import Reply, RequestBody, operation
 from controlplane.db import get_db
 from controlplane.errors import ApiError, NotFound
 from controlplane.models import Deployment, ModelVersion, SlotStatus
-from controlplane.modelstore import version_key
+from controlplane.registry.plainstore import version_key
 from controlplane.rollout import deployments
 from serving.engine import Engine
 
 bp = Blueprint("repository", __name__, url_prefix="/v2/repository")
 
-READY, UNAVAILABLE, LOADING = "READY", "UNAVAILABLE", "LOADING"  # Triton's model states
+NO_OVERRIDES = (
+    "loading with a config or file override is not supported: push the version to the registry "
+    "(POST /api/models), then load it"
+)
 
 
-def _services():
-    return current_app.extensions["flightdeck"]
+class TritonModelState(enum.StrEnum):
+    """Triton's model states, as its repository index shows them."""
+
+    READY = "READY"
+    LOADING = "LOADING"
+    UNAVAILABLE = "UNAVAILABLE"
 
 
-def _json(payload: object, status: int = 200) -> Response:
-    return Response(json.dumps(payload), status=status, mimetype="application/json")
+READY, UNAVAILABLE, LOADING = TritonModelState.READY, TritonModelState.UNAVAILABLE, TritonModelState.LOADING
 
 
-def _audit(session: Session, action: str, target: str, outcome: str, detail: dict[str, Any]) -> None:
-    record_event(session, current_actor(), action, target, outcome, detail)
+class RepositoryIndexRequest(RequestBody):
+    """Triton's index request; the body may be left out."""
+
+    ready: bool = Field(False, description="only the models ready here")
 
 
-def _body() -> dict[str, Any]:
-    if not request.get_data():
-        return {}
-    data = request.get_json(silent=True, force=True)  # NOTE: tritonclient sends JSON with no Content-Type
-    if not isinstance(data, dict):
-        raise ApiError("the request body must be a JSON object")
-    return data
+class RepositoryUnloadParameters(RequestBody):
+    """Triton's unload parameters."""
+
+    unload_dependents: bool = Field(False, description="accepted and ignored: a model here has no dependents")
+
+
+class RepositoryLoadParameters(RepositoryUnloadParameters):
+    """Triton's load parameters: a config or file override ("config", "file:...") is refused."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_overrides(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or set(data) - set(cls.model_fields):
+            raise ApiError(NO_OVERRIDES)  # passes through pydantic as it is: the answer names what to do
+        return data
+
+
+class RepositoryLoadRequest(RequestBody):
+    """Triton's load request; the body may be left out."""
+
+    parameters: RepositoryLoadParameters | None = None
+
+
+class RepositoryUnloadRequest(RequestBody):
+    """Triton's unload request; the body may be left out."""
+
+    parameters: RepositoryUnloadParameters | None = None
+
+
+class RepositoryModel(Reply):
+    """A deployed model: the stable slot's version and its state in this process."""
+
+    name: str
+    version: str
+    state: TritonModelState
+    reason: str = Field(description="empty when READY; else why not")
+
+
+class RepositoryUndeployedModel(Reply):
+    """A model in the registry that is not deployed."""
+
+    name: str
+    state: Literal[TritonModelState.UNAVAILABLE]
+    reason: Literal["not deployed"]
+
+
+class RepositoryDone(Reply):
+    """Triton's answer to a load or unload that worked: an empty object."""
+
+
+RepositoryIndexEntry = RepositoryModel | RepositoryUndeployedModel
 
 
 def model_state(session: Session, engine: Engine, process: str, name: str, serves_here: bool) -> dict[str, Any]:
@@ -69,7 +128,7 @@ def model_state(session: Session, engine: Engine, process: str, name: str, serve
 
 
 def _serves_here(name: str) -> bool:
-    only = _services().settings.served_models
+    only = current_services().settings.served_models
     return not only or name in only
 
 
@@ -90,59 +149,62 @@ def _latest_version(session: Session, name: str) -> str:
 
 def _apply_here() -> None:
     """Converge this process now (what Triton's synchronous load and unload promise); others poll."""
-    _services().reconciler.reconcile()
+    current_services().reconciler.reconcile()
 
 
 @bp.post("/index")
 @require_role(Role.OPERATOR)
-def index() -> Response:
+@operation(body=RepositoryIndexRequest, body_required=False, response=list[RepositoryIndexEntry])
+def index(body: RepositoryIndexRequest) -> list[dict[str, Any]]:
     """Every model in the registry with its state here (READY, LOADING, UNAVAILABLE) and why; {"ready": true} filters."""
-    ready_only = bool(_body().get("ready", False))
-    services = _services()
+    services = current_services()
     session = get_db()
     entries = [
         model_state(session, services.engine, services.reconciler.process, name, _serves_here(name))
         for name in _registry_names(session)
     ]
-    return _json([e for e in entries if e["state"] == READY] if ready_only else entries)
+    return [e for e in entries if e["state"] == READY] if body.ready else entries
 
 
 @bp.post("/models/<name>/load")
 @require_role(Role.OPERATOR, action="model.deploy")
-def load(name: str) -> Response:
+@operation(
+    body=RepositoryLoadRequest, body_required=False, response=RepositoryDone,
+    errors={400: "A config or file override, or the load or its golden check failed here", 404: "Not in the registry"},
+)  # fmt: skip
+def load(name: str, body: RepositoryLoadRequest) -> dict[str, Any]:
     """Serve a model: a first deploy of its latest version if it is not deployed; 200 once it serves here."""
-    parameters = _body().get("parameters") or {}
-    if not isinstance(parameters, dict) or set(parameters) - {"unload_dependents"}:
-        raise ApiError(
-            "loading with a config or file override is not supported: push the version to the registry "
-            "(POST /api/models), then load it"
-        )
+    del body  # checked by the contract: no overrides, only unload_dependents
     session = get_db()
     if session.get(Deployment, name) is None:
         version = _latest_version(session, name)
         with refusals_recorded(session, current_actor(), "model.deploy", f"{name}:{version}"):
-            deployments.first_deploy(session, name, version, _audit)
+            deployments.first_deploy(session, name, version, request_audit)
         session.commit()
     _apply_here()
     session.expire_all()  # NOTE: the reconciler wrote this process's slot reports in its own session
-    state = model_state(session, _services().engine, _services().reconciler.process, name, _serves_here(name))
+    services = current_services()
+    state = model_state(session, services.engine, services.reconciler.process, name, _serves_here(name))
     if _serves_here(name) and state["state"] != READY:
-        return _json({"error": f"failed to load '{name}': {state['reason']}"}, 400)
-    return _json({})
+        raise ApiError(f"failed to load '{name}': {state['reason']}")
+    return {}
 
 
 @bp.post("/models/<name>/unload")
 @require_role(Role.OPERATOR, action="model.undeploy")
-def unload(name: str) -> Response:
+@operation(
+    body=RepositoryUnloadRequest, body_required=False, response=RepositoryDone, errors={404: "Not in the registry"}
+)
+def unload(name: str, body: RepositoryUnloadRequest) -> dict[str, Any]:
     """Stop serving a model everywhere (an undeploy); 200 once this process unloaded it, or if it was not served."""
-    _body()  # unload_dependents: a model here has no dependents
+    del body  # unload_dependents: a model here has no dependents
     session = get_db()
     if session.get(Deployment, name) is None:
         if not _in_registry(session, name):
             raise NotFound(f"unknown model '{name}'")
-        return _json({})
+        return {}
     with refusals_recorded(session, current_actor(), "model.undeploy", name):
-        deployments.undeploy(session, name, _audit)
+        deployments.undeploy(session, name, request_audit)
     session.commit()
     _apply_here()
-    return _json({})
+    return {}

@@ -123,7 +123,13 @@ def test_repository_calls_need_an_operator_and_are_audited_like_deploys(flask_ap
     # Triton's version policy: the latest version is what a load of an undeployed model serves.
     assert [v.spec.version for v in flask_app.extensions["flightdeck"].engine.loaded("mlp")] == ["2"]
     bad = client.post("/v2/repository/models/mlp/load", headers=operator, data="not json")
-    assert bad.status_code == 400 and "JSON object" in bad.get_json()["error"]
+    assert bad.status_code == 400 and "not valid JSON" in bad.get_json()["error"]
+    misspelt = client.post("/v2/repository/index", headers=operator, json={"redy": True})
+    assert misspelt.status_code == 400 and misspelt.get_json() == {
+        "error": "unknown field(s) ['redy']; allowed: ['ready']"  # the protocol's form, naming the field
+    }
+    override = client.post("/v2/repository/models/mlp/load", headers=operator, json={"parameters": {"config": "{}"}})
+    assert override.status_code == 400 and "config or file override" in override.get_json()["error"]
     with flask_app.extensions["flightdeck"].sessions() as session:
         events = session.scalars(select(AuditEvent).where(AuditEvent.actor.in_(["vic", "otto"])))
         trail = [(e.actor, e.action, e.target, e.outcome) for e in events]
