@@ -21,6 +21,10 @@ from controlplane.rollout import api as rollout_api
 from controlplane.runbooks import api as runbooks_api
 from controlplane.services import Services, build_services
 
+# Management bodies are small JSON; the two that are not (a model archive, an inference request) raise
+# this per request to their own settings. Without it an anonymous 300 MB POST /api/session was read.
+MAX_API_BODY_BYTES = 1024 * 1024
+
 
 def create_app(config: Mapping[str, Any] | None = None, services: Services | None = None) -> Flask:
     """Create the application: settings (env + `config` overrides), services, blueprints."""
@@ -28,6 +32,7 @@ def create_app(config: Mapping[str, Any] | None = None, services: Services | Non
     configure_logging(settings)
     app = Flask(__name__)
     app.config["SECRET_KEY"] = session_secret(settings)  # configured, or generated once into HOME
+    app.config["MAX_CONTENT_LENGTH"] = MAX_API_BODY_BYTES
     app.extensions[context.KEY] = services or build_services(settings)
     db.init_app(app)
     errors.register_handlers(app)

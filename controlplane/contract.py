@@ -243,6 +243,8 @@ def describe(exc: ValidationError, model: type[BaseModel] | None = None) -> str:
     if top:
         if top[0]["type"] == "json_invalid":
             return f"the request body is not valid JSON: {top[0]['ctx']['error']}"
+        if top[0]["type"] in ("value_error", "assertion_error"):  # a model_validator's rule over several fields
+            return _message(top[0])
         return f"the request body must be {_KIND.get(top[0]['type'], 'a JSON object')}"
     unknown = sorted(_where(e["loc"]) for e in errors if e["type"] == "extra_forbidden")
     parts = []

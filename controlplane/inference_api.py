@@ -163,6 +163,7 @@ def _header_length() -> int | None:
 
 
 def _read_body(limit: int) -> bytes:
+    request.max_content_length = limit  # NOTE: above the app-wide limit for management bodies
     if request.content_length is not None and request.content_length > limit:
         raise PayloadTooLarge(f"request body of {request.content_length} bytes is over the limit of {limit}")
     body = request.stream.read(limit + 1)

@@ -64,6 +64,8 @@ def safe_next(target: str | None) -> str:
     """Return `target` if it is a path on this site, else the overview (no open redirects)."""
     if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
         return url_for("console.overview")
+    if not target.isprintable():  # CR/LF would split the Location header (a 500 before)
+        return url_for("console.overview")
     parts = urlsplit(target)
     if parts.scheme or parts.netloc:
         return url_for("console.overview")

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 import pytest
 from flask import Flask
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from controlplane import errors
 from controlplane.contract import QueryArgs, Reply, RequestBody, operation
@@ -21,6 +21,17 @@ class Start(RequestBody):
     strategy: Literal["canary", "bluegreen"] = "canary"
     steps: list[int] | None = None
     policy: Policy | None = None
+
+
+class Window(RequestBody):
+    start: int
+    end: int
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Window:
+        if self.end <= self.start:
+            raise ValueError("'end' must be after 'start'")
+        return self
 
 
 class Page(QueryArgs):
@@ -46,6 +57,11 @@ def client():
     @operation(body=Start, response=Started, body_required=False)
     def leaky(body: Start) -> dict[str, Any]:
         return {"version": "1", "strategy": "canary", "secret": "never sent"}
+
+    @app.post("/window")
+    @operation(body=Window, response=dict[str, int])
+    def window(body: Window) -> dict[str, int]:
+        return {"span": body.end - body.start}
 
     @app.get("/page")
     @operation(query=Page, response=dict[str, int])
@@ -110,3 +126,8 @@ def test_query_values_are_parsed_and_checked(client) -> None:
     assert client.get("/page").get_json() == {"limit": 100}
     assert "'limit' must be an integer" in refusal(client.get("/page?limit=five"))
     assert "'limit' must be <= 1000" in refusal(client.get("/page?limit=5000"))
+
+
+def test_a_rule_over_several_fields_is_reported_in_its_own_words(client) -> None:
+    assert refusal(client.post("/window", json={"start": 5, "end": 1})) == "'end' must be after 'start'"
+    assert client.post("/window", json={"start": 1, "end": 5}).get_json() == {"span": 4}

@@ -68,5 +68,5 @@ def test_the_api_page_is_served_offline(client) -> None:
     assert any(a.endswith("swagger-ui-bundle.js") for a in assets)
     for asset in assets:
         assert asset.startswith("/api/docs/assets/")
-        response = client.get(asset)
-        assert response.status_code == 200 and len(response.data) > 100
+        with client.get(asset) as response:
+            assert response.status_code == 200 and len(response.data) > 100
