@@ -82,8 +82,9 @@ class _Schemas:
         document["paths"] = walk(document["paths"])
 
 
-def _query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
+def _query_parameters(model: type[BaseModel], components: dict[str, Any]) -> list[dict[str, Any]]:
     schema = model.model_json_schema(ref_template=_REF, mode="validation")
+    components.update(schema.pop("$defs", {}))  # enums a parameter refers to (a Slot, say)
     required = set(schema.get("required", []))
     params = []
     for name, prop in schema.get("properties", {}).items():
@@ -120,7 +121,7 @@ def _envelope(v2: bool) -> str:
     return OipError.__name__ if v2 else ErrorEnvelope.__name__
 
 
-def _operation(app: Flask, rule: Any, method: str, schemas: _Schemas) -> dict[str, Any]:
+def _operation(app: Flask, rule: Any, method: str, schemas: _Schemas, components: dict[str, Any]) -> dict[str, Any]:
     view = app.view_functions[rule.endpoint]
     contract: Contract = getattr(view, CONTRACT, None) or Contract(runtime=False)
     path = rule.rule
@@ -145,7 +146,7 @@ def _operation(app: Flask, rule: Any, method: str, schemas: _Schemas) -> dict[st
             param["description"] = contract.path[name]
         params.append(param)
     if contract.query is not None:
-        params += _query_parameters(contract.query)
+        params += _query_parameters(contract.query, components)
     if params:
         op["parameters"] = params
     if contract.body is not None:
@@ -204,7 +205,7 @@ def build_document(app: Flask) -> dict[str, Any]:
             continue
         item = document["paths"].setdefault(_openapi_path(rule.rule), {})
         for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
-            item[method.lower()] = _operation(app, rule, method.lower(), schemas)
+            item[method.lower()] = _operation(app, rule, method.lower(), schemas, document["components"]["schemas"])
     schemas.resolve(document)
     return document
 

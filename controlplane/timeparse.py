@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Annotated
+
+from pydantic import BeforeValidator, ValidationInfo, WithJsonSchema
 
 from controlplane.errors import ApiError
 
 _RELATIVE = re.compile(r"^-(\d+)([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+TIME_SYNTAX = "'now', a relative time like -15m, -2h or -7d, or ISO 8601 (UTC when it has no offset)"
 
 
 def parse_time(value: str, name: str, now: datetime) -> datetime:
@@ -27,3 +31,17 @@ def parse_time(value: str, name: str, now: datetime) -> datetime:
     except ValueError:
         raise ApiError(f"'{name}' must be 'now', a relative time like -1h, or ISO 8601; got {value!r}") from None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _time_field(value: object, info: ValidationInfo) -> object:
+    if isinstance(value, str):
+        return parse_time(value, info.field_name or "time", datetime.now(UTC))
+    return value  # already a datetime (parsed by the model with one 'now' for several fields)
+
+
+TimeText = Annotated[
+    datetime,
+    BeforeValidator(_time_field),
+    WithJsonSchema({"type": "string", "examples": ["now", "-15m", "2026-05-01T12:00:00Z"]}),
+]
+"""A query parameter in the time syntax above, as a UTC datetime; documented as the text people type."""

@@ -1,71 +1,55 @@
-"""The JSON history API: /api/history (series), /api/history/summary, /api/history/metrics."""
+"""The JSON history API: /api/history (series), /api/history/summary, /api/history/metrics.
+
+Queries and answers are typed in `history.schemas`; the contract parses the query string before
+the view runs (metric, times, step, labels) and checks what the view answers.
+"""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from typing import Any
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint
 
 from controlplane.context import current_services
-from controlplane.errors import ApiError
+from controlplane.contract import operation
 from controlplane.history.query import METRICS
-from controlplane.timeparse import parse_time
+from controlplane.history.schemas import MetricCatalog, SeriesQuery, SeriesView, SummaryQuery, SummaryView
+from controlplane.history.service import HistoryService
 
 bp = Blueprint("history", __name__, url_prefix="/api/history")
 
-MAX_POINTS = 5000
 
-
-def parse_range(default_start: str = "-1h") -> tuple[datetime, datetime]:
-    """Read and check ?start= and ?end= from the request."""
-    now = datetime.now(UTC)
-    start = parse_time(request.args.get("start", default_start), "start", now)
-    end = parse_time(request.args.get("end", "now"), "end", now)
-    if start >= end:
-        raise ApiError(f"'start' ({start.isoformat()}) must be before 'end' ({end.isoformat()})")
-    return start, end
-
-
-def _history():
+def _history() -> HistoryService:
     return current_services().history
 
 
 @bp.get("")
-def series() -> Response:
+@operation(query=SeriesQuery, response=SeriesView)
+def series(query: SeriesQuery) -> dict[str, Any]:
     """Return the series of one metric over a range, one per model/version/slot (or device)."""
-    metric = request.args.get("metric")
-    if metric not in METRICS:
-        raise ApiError(f"'metric' must be one of {sorted(METRICS)}; got {metric!r}")
-    start, end = parse_range()
-    raw_step = request.args.get("step", "60")
-    if not raw_step.isascii() or not raw_step.isdigit() or int(raw_step) < 1:
-        raise ApiError(f"'step' must be a whole number of seconds >= 1; got {raw_step!r}")
-    step = int(raw_step)
-    if (end - start).total_seconds() / step > MAX_POINTS:
-        raise ApiError(f"range / step gives more than {MAX_POINTS} points; use a larger 'step'")
-    labels = {k: request.args.get(k) for k in ("model", "version", "slot")}
-    data = _history().series(metric, start, end, step, **labels)
-    return jsonify(
-        {
-            "metric": metric,
-            "unit": METRICS[metric][1],
-            "start": start.isoformat(),
-            "end": end.isoformat(),
-            "step": step,
-            "series": data,
-        }
+    data = _history().series(
+        query.metric, query.start, query.end, query.step, model=query.model, version=query.version, slot=query.slot
     )
+    return {
+        "metric": query.metric,
+        "unit": METRICS[query.metric][1],
+        "start": query.start.isoformat(),
+        "end": query.end.isoformat(),
+        "step": query.step,
+        "series": data,
+    }
 
 
 @bp.get("/summary")
-def summary() -> Response:
+@operation(query=SummaryQuery, response=SummaryView)
+def summary(query: SummaryQuery) -> dict[str, Any]:
     """Return key figures per model/version/slot over a range."""
-    start, end = parse_range()
-    rows = _history().summary(start, end, request.args.get("model"))
-    return jsonify({"start": start.isoformat(), "end": end.isoformat(), "rows": rows})
+    rows = _history().summary(query.start, query.end, query.model)
+    return {"start": query.start.isoformat(), "end": query.end.isoformat(), "rows": rows}
 
 
 @bp.get("/metrics")
-def catalog() -> Response:
+@operation(response=MetricCatalog)
+def catalog() -> dict[str, Any]:
     """List the metrics the history can answer, with their meaning and unit."""
-    return jsonify({"metrics": [{"name": n, "description": d, "unit": u} for n, (d, u) in sorted(METRICS.items())]})
+    return {"metrics": [{"name": n, "description": d, "unit": u} for n, (d, u) in sorted(METRICS.items())]}

@@ -104,3 +104,48 @@ def test_bad_audit_queries_name_the_parameter(client, accounts, query: str, fiel
 
 def test_the_audit_needs_a_viewer(client) -> None:
     assert client.get("/api/audit").status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "who"),
+    [
+        ("post", "/api/session", {"name": "ada", "password": "long-enough", "remember": True}, None),
+        ("post", "/api/tokens", {"name": "bot", "ttl": 60}, "otto"),
+        ("patch", "/api/users/otto", {"role": "viewer", "enabled": False}, "ada"),
+    ],
+)
+def test_unknown_fields_are_refused_naming_them(app, client, accounts, method, path, body, who) -> None:
+    headers = bearer(accounts[who]) if who else {}
+    response = getattr(client, method)(path, json=body, headers=headers)
+    (unknown,) = set(body) - {"name", "password", "role"}
+    assert response.status_code == 400 and f"'{unknown}'" in response.get_json()["error"]["message"]
+    assert client.get("/api/session", headers=bearer(accounts["otto"])).get_json()["role"] == "operator"
+
+
+def test_a_refused_body_is_audited_as_an_error_like_any_refused_change(app, client, accounts) -> None:
+    admin = bearer(accounts["ada"])
+    assert client.post("/api/users", json={"name": "nina", "password": "short"}, headers=admin).status_code == 400
+    assert client.patch("/api/users/otto", json={}, headers=admin).status_code == 400
+    assert client.post("/api/tokens", json={"name": "bot", "ttl_s": "60"}, headers=admin).status_code == 400
+    events = [(e.action, e.actor, e.target, e.outcome) for e in audit_events(app)]
+    assert events == [
+        ("user.create", "ada", "nina", "error"),
+        ("user.update", "ada", "otto", "error"),
+        ("token.create", "ada", "ada", "error"),
+    ]
+    assert "short" not in str([e.detail for e in audit_events(app)])
+
+
+def test_a_password_is_never_echoed_in_a_refusal(client, accounts) -> None:
+    for body in ({"name": "ada", "password": 123456789}, {"name": "nina", "password": ["hunter2-hunter2"]}):
+        response = client.post("/api/users", json=body, headers=bearer(accounts["ada"]))
+        message = response.get_json()["error"]["message"]
+        assert response.status_code == 400 and "'password'" in message
+        assert "123456789" not in message and "hunter2" not in message
+
+
+def test_bad_audit_outcome_and_blank_filters(client, accounts) -> None:
+    viewer = bearer(accounts["vic"])
+    bad = client.get("/api/audit?outcome=maybe", headers=viewer)
+    assert bad.status_code == 400 and "'outcome' must be ok, denied or error" in bad.get_json()["error"]["message"]
+    assert client.get("/api/audit?since=&actor=&action=", headers=viewer).status_code == 200

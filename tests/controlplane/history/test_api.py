@@ -80,3 +80,25 @@ def test_dashboard_figures_are_drawn_from_recorded_rows(app, client) -> None:
     assert latency_traces and all("mlp v1 (blue)" in t["name"] for t in latency_traces)
     assert any(y is not None for t in latency_traces for y in t["y"])
     assert sum(b for t in figures["batch"]["data"] for b in t["y"]) == 6  # six batches of one
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("metric=p99&slot=purple", "'slot' must be one of"),
+        ("metric=p99&start=now&end=now", "must be before 'end'"),  # both ends read against one 'now'
+    ],
+)
+def test_slots_are_the_two_slots_and_a_range_is_never_empty(client, query: str, message: str) -> None:
+    response = client.get(f"/api/history?{query}")
+    assert response.status_code == 400 and message in response.get_json()["error"]["message"]
+
+
+def test_series_filter_by_slot(app, client) -> None:
+    for _ in range(3):
+        assert client.post("/v2/models/mlp/infer", json=BODY).status_code == 200
+    app.extensions["flightdeck"].sampler.sample()
+    blue = client.get("/api/history?metric=requests&start=-10m&model=mlp&slot=blue").get_json()["series"]
+    green = client.get("/api/history?metric=requests&start=-10m&model=mlp&slot=green").get_json()["series"]
+    assert [s["labels"]["slot"] for s in blue] == ["blue"] and green == []
+    assert client.get("/api/history/summary?start=-10m&end=-20m").status_code == 400
