@@ -6,7 +6,8 @@ Inputs, as the history service returns them:
   where a value may be ``None`` (a gap); device series are labelled ``{"device": "gpu0"}`` or ``{"device": "cpu"}``.
   Times are UTC (plotly.js ignores offsets, so every time on one axis must share one zone);
 - a batch-size distribution: ``{"labels": {...}, "counts": {"1": 120, "8": 40}}``;
-- a marker: ``{"time": iso_time, "kind": "rollout" | "alert", "text": "..."}``, drawn on every time axis.
+- a marker: ``{"time": iso_time, "kind": "rollout" | "alert", "text": "..."}``, drawn on every time axis
+  (its label laid out by ``dashboards.markers`` so that none overprints another).
 
 Each figure is a plain dict ``{"id", "title", "data", "layout"}`` for ``Plotly.react`` that the standard
 ``json`` module can dump. Plotly renders a subset of HTML in names and annotations, so every string that
@@ -19,7 +20,8 @@ import html
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+
+from dashboards.markers import ROW_PX, Decorations, marker_decorations, utc_naive
 
 NO_DATA = "no data in this range"
 # Plotly's default colour sequence; one colour per series, the same in every figure.
@@ -35,10 +37,8 @@ PALETTE = (
     "#ff97ff",
     "#fecb52",
 )
-MARKER_STYLES = {"rollout": ("#444444", "dot"), "alert": ("#d62728", "dash")}
-_OTHER_MARKER = ("#888888", "dot")
-_MARKER_TEXT_CHARS = 32
 _GIB = 1024**3
+_TOP_PX = 60
 
 
 @dataclass(frozen=True)
@@ -134,8 +134,8 @@ def build_dashboard(
         [*(s.get("labels") or {} for metric in METRICS for s in series_by_metric.get(metric, ()))]
         + [d.get("labels") or {} for d in batch_distribution]
     )
-    decorations = marker_decorations(markers)
-    span = [_utc_iso(t) for t in time_range] if time_range else None
+    span = [utc_naive(t).isoformat() for t in time_range] if time_range else None
+    decorations = marker_decorations(markers, span or _data_span(series_by_metric, markers))
     figures = {p.id: time_series_figure(p, series_by_metric, colors, decorations, span) for p in PANELS}
     figures[BATCH_ID] = batch_figure(batch_distribution, colors)
     return [figures[figure_id] for figure_id, _ in FIGURES]
@@ -184,14 +184,15 @@ def time_series_figure(
     panel: Panel,
     series_by_metric: Mapping[str, Sequence[Mapping]],
     colors: Mapping[str, str],
-    decorations: tuple[list[dict], list[dict]],
+    decorations: Decorations,
     span: list[str] | None,
 ) -> dict:
     """Build one time-series figure, with the markers drawn on its time axis."""
     traces = [line_trace(s, line, colors) for line in panel.lines for s in series_by_metric.get(line.metric, ())]
-    shapes, annotations = decorations
-    layout = _base_layout(panel.title)
-    layout["xaxis"] = {"type": "date", "title": {"text": "time (UTC)"}}
+    layout = _base_layout(panel.title, decorations.rows)
+    # NOTE: automargin makes the ticks and this title push the bottom margin, so the legend's room
+    # (reserved below them, see _base_layout) starts under the title whatever its height.
+    layout["xaxis"] = {"type": "date", "title": {"text": "time (UTC)"}, "automargin": True}
     if span:
         layout["xaxis"]["range"] = span
     layout["yaxis"] = {"title": {"text": panel.y_title}, "rangemode": "tozero"}
@@ -205,8 +206,8 @@ def time_series_figure(
             "rangemode": "tozero",
             "showgrid": False,
         }
-    layout["shapes"] = list(shapes)
-    layout["annotations"] = list(annotations)
+    layout["shapes"] = list(decorations.shapes)
+    layout["annotations"] = list(decorations.annotations)
     if not any(_has_values(t["y"]) for t in traces):
         traces = []
         layout["annotations"].append(_no_data_annotation())
@@ -242,65 +243,58 @@ def batch_figure(distribution: Sequence[Mapping], colors: Mapping[str, str]) -> 
         "categoryorder": "array",
         "categoryarray": sizes,
         "title": {"text": "batch size (samples)"},
+        "automargin": True,  # the legend's room then starts under this title (see _base_layout)
     }
     layout["yaxis"] = {"title": {"text": "batches"}, "rangemode": "tozero"}
     layout["annotations"] = [] if traces else [_no_data_annotation()]
     return {"id": BATCH_ID, "title": BATCH_TITLE, "data": traces, "layout": layout}
 
 
-def marker_decorations(markers: Iterable[Mapping]) -> tuple[list[dict], list[dict]]:
-    """Turn rollout steps and alert firings into vertical lines and labels on the time axis."""
-    shapes, annotations = [], []
-    for marker in markers:
-        try:
-            time = _utc_iso(str(marker["time"]))
-        except (KeyError, ValueError):
-            continue  # a marker without a readable time has no place on the axis
-        kind = str(marker.get("kind") or "event")
-        color, dash = MARKER_STYLES.get(kind, _OTHER_MARKER)
-        text = str(marker.get("text") or kind)
-        short = text if len(text) <= _MARKER_TEXT_CHARS else text[: _MARKER_TEXT_CHARS - 1] + "…"
-        shapes.append(
-            {
-                "type": "line",
-                "xref": "x",
-                "yref": "paper",
-                "x0": time,
-                "x1": time,
-                "y0": 0,
-                "y1": 1,
-                "line": {"color": color, "width": 1, "dash": dash},
-                "name": kind,
-            }
-        )
-        annotations.append(
-            {
-                "x": time,
-                "xref": "x",
-                "y": 1,
-                "yref": "paper",
-                "yanchor": "bottom",
-                "showarrow": False,
-                "text": html.escape(short, quote=False),
-                "hovertext": html.escape(f"{kind} at {time}: {text}", quote=False),
-                "font": {"size": 10, "color": color},
-                "name": kind,
-            }
-        )
-    return shapes, annotations
-
-
-def _base_layout(title: str) -> dict:
+def _base_layout(title: str, label_rows: int = 0) -> dict:
+    """Lay out the title at the top, marker label rows under it, and the legend at the very bottom."""
     return {
-        "title": {"text": title, "x": 0, "xanchor": "left", "font": {"size": 14}},
-        "margin": {"l": 60, "r": 60, "t": 60, "b": 40},
+        "title": {
+            "text": title,
+            "x": 0,
+            "xanchor": "left",
+            "yref": "container",
+            "y": 1,
+            "yanchor": "top",
+            "pad": {"t": 8},
+            "font": {"size": 14},
+        },
+        # The title takes the top 30 px; each row of marker labels stands on the plot, one above the other.
+        "margin": {"l": 60, "r": 60, "t": max(_TOP_PX, 34 + label_rows * ROW_PX), "b": 40},
         "hovermode": "x unified",
-        # NOTE: below the x-axis title: anchored by its top, far enough down to clear ticks and title.
-        "legend": {"orientation": "h", "yanchor": "top", "y": -0.32, "x": 0},
+        # NOTE: container-referenced, plotly.js reserves the legend's height on top of what the axis
+        # pushes (ticks and title), so the two cannot meet whatever number of rows the legend wraps to.
+        # A paper-referenced legend below the plot overlapped the title once the plot shrank to fit it.
+        # Past 30% of the figure's height the legend scrolls, so the plot keeps most of the room.
+        "legend": {
+            "orientation": "h",
+            "xref": "paper",
+            "x": 0,
+            "yref": "container",
+            "y": 0,
+            "yanchor": "bottom",
+            "maxheight": 0.3,
+        },
         "font": {"family": "system-ui, sans-serif", "size": 12},
         "paper_bgcolor": "#ffffff",
         "plot_bgcolor": "#ffffff",
     }
+
+
+def _data_span(series_by_metric: Mapping[str, Sequence[Mapping]], markers: Sequence[Mapping]) -> list[str] | None:
+    """Return the first and last time of any point or marker: what the time axes autorange to."""
+    stamps = [p[0] for ss in series_by_metric.values() for s in ss for p in s.get("points") or () if p]
+    times = []
+    for stamp in [*stamps, *(m.get("time") for m in markers)]:
+        try:
+            times.append(utc_naive(str(stamp)))
+        except ValueError:
+            continue  # unreadable: plotly.js leaves it off the axis too
+    return [min(times).isoformat(), max(times).isoformat()] if times else None
 
 
 def _no_data_annotation() -> dict:
@@ -336,11 +330,3 @@ def _size_key(size: str) -> tuple[int, float, str]:
         return (0, float(size), size)
     except ValueError:
         return (1, 0.0, size)
-
-
-def _utc_iso(value: str) -> str:
-    """Normalise an ISO time to UTC (naive times are taken as UTC already)."""
-    moment = datetime.fromisoformat(value)
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(UTC)
-    return moment.replace(tzinfo=None).isoformat()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import plotly.graph_objects as go
 import pytest
 
 from dashboards.figures import FIGURES, METRICS, NO_DATA, build_dashboard, series_name
+from dashboards.markers import GAP_PX, ROW_PX, ROWS, marker_decorations, pack_labels, read_markers
 
 T0 = "2026-11-30T06:00:00+00:00"
 BLUE = {"model": "textcls", "version": "1", "slot": "blue"}
@@ -261,3 +263,117 @@ def test_dashboards_is_a_leaf() -> None:
     root = Path(__file__).resolve().parents[2]
     result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
+
+
+def at(minute: int, second: int = 0, kind: str = "rollout", text: str = "") -> dict:
+    """A marker inside RANGE, `minute` minutes after its start."""
+    return {
+        "time": f"2026-11-30T05:{minute:02d}:{second:02d}+00:00",
+        "kind": kind,
+        "text": text or f"m{minute}:{second}",
+    }
+
+
+def rows(annotations: list[dict]) -> list[int]:
+    return [a["yshift"] // ROW_PX for a in annotations]
+
+
+def test_far_apart_markers_keep_their_text_on_one_row() -> None:
+    markers = [at(10, text="v2 at 10%"), at(30, kind="alert", text="P1 latency"), at(50, text="v2 at 50%")]
+
+    decorations = marker_decorations(markers, RANGE)
+
+    assert [a["text"] for a in decorations.annotations] == ["v2 at 10%", "P1 latency", "v2 at 50%"]
+    assert rows(decorations.annotations) == [0, 0, 0]
+    assert decorations.rows == 1
+    assert [a["xanchor"] for a in decorations.annotations] == ["center"] * 3
+    assert [s["x0"] for s in decorations.shapes] == [
+        "2026-11-30T05:10:00",
+        "2026-11-30T05:30:00",
+        "2026-11-30T05:50:00",
+    ]
+
+
+def test_two_close_markers_go_to_two_rows() -> None:
+    markers = [at(30, 20, kind="alert", text="P1 textcls p99 > 250 ms"), at(30, text="textcls v2: canary step 10%")]
+
+    decorations = marker_decorations(markers, RANGE)
+
+    # Sorted by time: the rollout first, on the bottom row; the alert 20 s later, one row up.
+    assert [(a["text"], a["name"]) for a in decorations.annotations] == [
+        ("textcls v2: canary step 10%", "rollout"),
+        ("P1 textcls p99 &gt; 250 ms", "alert"),
+    ]
+    assert [a["yshift"] for a in decorations.annotations] == [0, ROW_PX]
+    assert decorations.rows == 2
+    assert len(decorations.shapes) == 2
+
+
+def test_many_close_markers_merge_into_one_label_listing_every_marker() -> None:
+    markers = [at(30, 5 * i, kind="alert" if i % 2 else "rollout", text=f"textcls step {i}: pass") for i in range(7)]
+
+    decorations = marker_decorations(markers, RANGE)
+
+    labels = decorations.annotations
+    assert [a["text"] for a in labels] == ["textcls step 0: pass", "textcls step 1: pass", "5 events"]
+    assert rows(labels) == list(range(ROWS))
+    merged = labels[-1]
+    assert merged["hovertext"].split("<br>") == [
+        f"{'alert' if i % 2 else 'rollout'} at 2026-11-30T05:30:{5 * i:02d}: textcls step {i}: pass"
+        for i in range(2, 7)
+    ]
+    assert merged["name"] == "events"  # rollouts and alerts together: neither's colour
+    assert len(decorations.shapes) == 7  # still one line per marker
+    assert decorations.rows == ROWS
+
+
+def test_markers_outside_the_range_are_left_out_and_take_no_row() -> None:
+    inside = at(30, text="textcls v2: canary step 10%")
+    before = {"time": "2026-11-30T04:59:59+00:00", "kind": "alert", "text": "earlier"}
+    after = {"time": "2026-11-30T08:00:00+01:00", "kind": "alert", "text": "later"}  # 07:00 UTC
+
+    decorations = marker_decorations([before, inside, after], RANGE)
+
+    assert [s["x0"] for s in decorations.shapes] == ["2026-11-30T05:30:00"]
+    assert [(a["text"], a["yshift"]) for a in decorations.annotations] == [(inside["text"], 0)]
+    assert marker_decorations([before, after], RANGE).rows == 0
+
+
+def test_labels_at_the_edges_of_the_range_hang_inwards() -> None:
+    markers = [at(0, text="textcls v2: canary step 10%"), {"time": RANGE[1], "kind": "alert", "text": "P1 at the end"}]
+
+    decorations = marker_decorations(markers, RANGE)
+
+    assert [a["xanchor"] for a in decorations.annotations] == ["left", "right"]
+
+
+def test_packing_is_deterministic_and_never_overlaps_within_a_row() -> None:
+    generator = random.Random(14)
+    markers = [
+        at(generator.randrange(61) if m < 60 else 0, generator.randrange(60), generator.choice(["rollout", "alert"]),
+           "x" * generator.randrange(1, 40))
+        for m in range(60)
+    ]  # fmt: skip
+    found = read_markers(markers, RANGE)
+    start, end = (m.time for m in read_markers([{"time": t} for t in RANGE]))
+
+    labels = pack_labels(found, start, end)
+
+    assert [m for label in labels for m in label.members] == found  # every marker once, in time order
+    for row in range(ROWS):
+        spans = [(label.left, label.right) for label in labels if label.row == row]
+        assert all(a[1] + GAP_PX <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+    shuffled = markers[:]
+    generator.shuffle(shuffled)
+    assert marker_decorations(shuffled, RANGE) == marker_decorations(markers, RANGE)
+
+
+def test_label_rows_get_room_under_the_title_and_the_legend_its_own_below_the_axis() -> None:
+    for count in range(1, ROWS + 1):
+        layout = build_dashboard({}, [], [at(30, 5 * i) for i in range(count)], time_range=RANGE)[0]["layout"]
+
+        top_row = max(a.get("yshift", 0) for a in layout["annotations"]) + ROW_PX
+        assert layout["margin"]["t"] - top_row >= 30  # the title's 30 px stay clear of the highest row
+        assert layout["title"]["yref"] == "container" and layout["title"]["yanchor"] == "top"
+    # Container-referenced, the legend's room comes on top of what the axis (ticks, title) pushes.
+    assert layout["legend"]["yref"] == "container" and layout["xaxis"]["automargin"] is True
