@@ -1,24 +1,29 @@
 """Typed, layered settings: defaults -> optional TOML file -> FLIGHTDECK_* environment -> overrides.
 
-Every setting is declared once below with its type, default and meaning; the README's table is
-printed from these declarations (`python -m controlplane config --markdown`).
+Every setting is declared once below with its type, range, default and meaning (pydantic-settings);
+a bad value stops the start with a message naming the variable, and the README's table is printed
+from these declarations (`python -m controlplane config --markdown`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings.sources.utils import parse_env_vars
+
+from controlplane.configdoc import explain, markdown_table
 from serving.settings import BatchingSettings, RuntimeSettings, parallelism
 
 if TYPE_CHECKING:
+    from alerts.notifiers.targets import TargetPolicy
     from controlplane.history.retention import RetentionPolicy
     from controlplane.rollout.service import RolloutSettings
 
@@ -29,33 +34,23 @@ MIN_SECRET_LENGTH = 32
 WEAK_SECRETS = frozenset(
     {
         DEV_SECRET,
-        "changeme",
-        "change-me",
-        "change_me",
-        "secret",
-        "secret-key",
-        "secret_key",
-        "password",
-        "development",
-        "dev",
-        "test",
-        "flightdeck",
-        "insecure",
-        "default",
-        "your-secret-key",
-        "supersecret",
+        *("changeme", "change-me", "change_me", "secret", "secret-key", "secret_key", "password", "development"),
+        *("dev", "test", "flightdeck", "insecure", "default", "your-secret-key", "supersecret"),
     }
 )
 MASK = "********"
 _URL_PASSWORD = re.compile(r"^(?P<head>[A-Za-z][\w+.-]*://[^:/@]*):[^@]*@")
+
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
 class ConfigError(ValueError):
     """A setting has a value that cannot be used; the message names it."""
 
 
-def _setting(default: Any, doc: str, *, secret: bool = False) -> Any:
-    return field(default=default, metadata={"doc": doc, "secret": secret})
+def _setting(default: Any, doc: str, **limits: Any) -> Any:
+    """Declare a setting: its default, its README line and its range (ge, gt, le, min_length)."""
+    return Field(default, description=doc, **limits)
 
 
 def mask_url(url: str) -> str:
@@ -75,80 +70,100 @@ def _weak_secret(value: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(BaseSettings):
     """All of Flightdeck's settings. Environment names are FLIGHTDECK_ + the upper-cased field name."""
 
+    # NOTE: frozen, like the dataclass it replaced: one object is shared by every thread of a process.
+    model_config = SettingsConfigDict(
+        env_prefix=PREFIX, extra="forbid", frozen=True, allow_inf_nan=False, validate_default=False
+    )
+
     home: Path = _setting(Path(".flightdeck"), "Data directory holding the database, the model registry and logs.")
-    env: str = _setting("development", "development or production.")
-    secret_key: str = _setting(
-        "",
+    env: Literal["development", "production"] = _setting("development", "development or production.")
+    secret_key: SecretStr = _setting(
+        SecretStr(""),
         "Secret for signing session cookies, at least 32 characters (known example values are refused in every "
         "mode). Empty: a random one is generated at the first start into HOME/session-secret (mode 0600) and "
         "shared by every process using that HOME; set it when nodes do not share HOME.",
-        secret=True,
     )
-    database_url: str = _setting(
-        "",
+    database_url: SecretStr = _setting(
+        SecretStr(""),
         "SQLAlchemy URL; empty means SQLite at HOME/flightdeck.db. postgresql+psycopg://... works too "
         "(its password is masked wherever the URL is printed).",
-        secret=True,
     )
-    host: str = _setting("127.0.0.1", "Address gunicorn binds.")
-    port: int = _setting(8000, "Port gunicorn binds.")
+    host: str = _setting("127.0.0.1", "Address gunicorn binds.", min_length=1)
+    port: int = _setting(8000, "Port gunicorn binds.", ge=1, le=65535)
     workers: int = _setting(
         0,
         "gunicorn worker processes (0: one per CPU core, at most 4). Each holds its own engine and its own copy "
         "of every model; one process's Python work (HTTP, JSON) cannot use a second core (see README, benchmarks).",
+        ge=0,
+        le=256,
     )
     threads: int = _setting(
-        0, "Request threads per worker (0: enough to hold every queue full plus running batches, see README)."
+        0,
+        "Request threads per worker (0: enough to hold every queue full plus running batches, see README).",
+        ge=0,
+        le=4096,
     )
-    log_level: str = _setting("INFO", "Python log level.")
+    log_level: LogLevel = _setting("INFO", "Python log level of Flightdeck's own loggers (others stay at WARNING).")
+    log_format: Literal["text", "json"] = _setting(
+        "text", "Terminal log lines: text for people, json for machines (one object per line, RFC 3339 UTC times)."
+    )
     demo_models: bool = _setting(
         True, "On a first start (empty registry, nothing deployed), push the demo models (textcls, mlp) and deploy v1."
     )
     load_models: str = _setting(
         "", "Per-node filter: comma-separated deployed models this node serves (empty: every deployed model)."
     )
-    device: str = _setting("auto", "auto (CUDA when usable), cpu, or cuda.")
-    gpu_device_id: int = _setting(0, "CUDA device index.")
-    gpu_mem_limit_mb: int = _setting(0, "CUDA provider memory limit per session in MiB (0: no limit).")
-    ort_intra_op_threads: int = _setting(0, "ONNX Runtime intra-op threads (0: auto, cores / batch instances on CPU).")
-    ort_inter_op_threads: int = _setting(1, "ONNX Runtime inter-op threads.")
+    device: Literal["auto", "cpu", "cuda"] = _setting("auto", "auto (CUDA when usable), cpu, or cuda.")
+    gpu_device_id: int = _setting(0, "CUDA device index.", ge=0)
+    gpu_mem_limit_mb: int = _setting(0, "CUDA provider memory limit per session in MiB (0: no limit).", ge=0)
+    ort_intra_op_threads: int = _setting(
+        0, "ONNX Runtime intra-op threads (0: auto, cores / batch instances on CPU).", ge=0
+    )
+    ort_inter_op_threads: int = _setting(1, "ONNX Runtime inter-op threads.", ge=0)
     ort_allow_spinning: bool = _setting(False, "Let idle ONNX Runtime threads spin (costs CPU the HTTP threads need).")
-    ort_graph_optimization: str = _setting("all", "Graph optimisation level: disable, basic, extended, all.")
+    ort_graph_optimization: Literal["disable", "basic", "extended", "all"] = _setting(
+        "all", "Graph optimisation level: disable, basic, extended, all."
+    )
     ort_cpu_mem_arena: bool = _setting(True, "Use ONNX Runtime's CPU memory arena.")
     ort_mem_pattern: bool = _setting(True, "Use ONNX Runtime's memory pattern planning.")
-    ort_arena_extend_strategy: str = _setting("kNextPowerOfTwo", "Arena growth: kNextPowerOfTwo or kSameAsRequested.")
+    ort_arena_extend_strategy: Literal["kNextPowerOfTwo", "kSameAsRequested"] = _setting(
+        "kNextPowerOfTwo", "Arena growth: kNextPowerOfTwo or kSameAsRequested."
+    )
     batching: bool = _setting(True, "Dynamic batching on or off (off: every request runs alone).")
-    max_batch_size: int = _setting(32, "Largest batch the batcher forms (a model's own hint can lower it).")
-    max_queue_delay_ms: float = _setting(2.0, "Longest a request waits for a batch to fill while the engine is busy.")
-    max_queue_size: int = _setting(128, "Samples queued per loaded version before requests are refused with 429.")
+    max_batch_size: int = _setting(32, "Largest batch the batcher forms (a model's own hint can lower it).", ge=1)
+    max_queue_delay_ms: float = _setting(
+        2.0, "Longest a request waits for a batch to fill while the engine is busy.", ge=0
+    )
+    max_queue_size: int = _setting(128, "Samples queued per loaded version before requests are refused with 429.", ge=1)
     default_timeout_ms: float = _setting(
-        10_000.0, "Default request deadline; a client's 'timeout' parameter may only shorten it."
+        10_000.0, "Default request deadline; a client's 'timeout' parameter may only shorten it.", gt=0
     )
-    batch_instances: int = _setting(0, "Executor threads per loaded version (0: auto, min(cores, 4) on CPU, 2 on GPU).")
-    warmup_max_sequence: int = _setting(128, "Longest sequence bucket used for warm-up.")
-    max_request_bytes: int = _setting(16 * 1024 * 1024, "Largest inference request body; larger ones get 413.")
-    drain_grace_s: float = _setting(30.0, "On SIGTERM, how long accepted requests may take to finish.")
+    batch_instances: int = _setting(
+        0, "Executor threads per loaded version (0: auto, min(cores, 4) on CPU, 2 on GPU).", ge=0
+    )
+    warmup_max_sequence: int = _setting(128, "Longest sequence bucket used for warm-up.", ge=1)
+    max_request_bytes: int = _setting(16 * 1024 * 1024, "Largest inference request body; larger ones get 413.", ge=1)
+    drain_grace_s: float = _setting(30.0, "On SIGTERM, how long accepted requests may take to finish.", ge=0)
     log_sample_rate: float = _setting(
-        0.01, "Share of successful, fast requests logged (errors and slow ones always are)."
+        0.01, "Share of successful, fast requests logged (errors and slow ones always are).", ge=0, le=1
     )
-    slow_request_ms: float = _setting(1000.0, "Requests slower than this are always logged.")
+    slow_request_ms: float = _setting(1000.0, "Requests slower than this are always logged.", ge=0)
     scheduler: bool = _setting(True, "Run scheduled jobs (one leader process runs the cluster-wide ones).")
-    lease_ttl_s: float = _setting(15.0, "How long the scheduler leader's lease lasts without renewal.")
-    history_interval_s: float = _setting(10.0, "How often each serving process writes a history row per slot.")
-    history_raw_retention_h: float = _setting(6.0, "Hours raw history rows are kept before 1-minute rollup.")
-    history_minute_retention_d: float = _setting(7.0, "Days 1-minute rows are kept before 1-hour rollup.")
-    history_hour_retention_d: float = _setting(90.0, "Days 1-hour rows are kept before deletion.")
-    retention_interval_s: float = _setting(60.0, "How often the scheduler leader applies history retention.")
+    lease_ttl_s: float = _setting(15.0, "How long the scheduler leader's lease lasts without renewal.", gt=0)
+    history_interval_s: float = _setting(10.0, "How often each serving process writes a history row per slot.", gt=0)
+    history_raw_retention_h: float = _setting(6.0, "Hours raw history rows are kept before 1-minute rollup.", ge=0)
+    history_minute_retention_d: float = _setting(7.0, "Days 1-minute rows are kept before 1-hour rollup.", ge=0)
+    history_hour_retention_d: float = _setting(90.0, "Days 1-hour rows are kept before deletion.", ge=0)
+    retention_interval_s: float = _setting(60.0, "How often the scheduler leader applies history retention.", gt=0)
     max_archive_bytes: int = _setting(
-        1024**3, "Largest model archive (tar.gz) a push accepts; a larger upload gets 413 and nothing is kept."
+        1024**3, "Largest model archive (tar.gz) a push accepts; a larger upload gets 413 and nothing is kept.", ge=1
     )
-    max_archive_files: int = _setting(64, "Most files and folders one model archive may hold.")
+    max_archive_files: int = _setting(64, "Most files and folders one model archive may hold.", ge=1)
     max_unpacked_bytes: int = _setting(
-        4 * 1024**3, "Most bytes a model archive may unpack to, all files together (checked before unpacking)."
+        4 * 1024**3, "Most bytes a model archive may unpack to, all files together (checked before unpacking).", ge=1
     )
     inference_auth: bool = _setting(
         False, "Require an API token (any role) on every /v2 request except /v2/health/*; refusals get 401."
@@ -159,47 +174,106 @@ class Settings:
         "/api/openapi.json). Writes always need an operator or admin. false opens the reads to anyone who can "
         "reach the port (the console's pages always need a login).",
     )
-    cookie_secure: str = _setting(
+    cookie_secure: Literal["auto", "always", "never"] = _setting(
         "auto",
         "Secure flag on the session cookie: auto (when the request came over HTTPS, as gunicorn sees it behind "
         "FORWARDED_ALLOW_IPS), always, or never. Use always whenever the console is reached over HTTPS.",
     )
     session_hours: float = _setting(
-        12.0, "How long a console login lasts (from the moment of login); then the console asks again."
+        12.0, "How long a console login lasts (from the moment of login); then the console asks again.", gt=0
     )
     login_max_failures: int = _setting(
-        5, "Failed logins per name and client address before further attempts are refused (429) for a while."
+        5, "Failed logins per name and client address before further attempts are refused (429) for a while.", ge=1
     )
     login_lockout_s: float = _setting(
-        30.0, "First refusal period after LOGIN_MAX_FAILURES; doubles with each further failure, up to 64 times."
+        30.0, "First refusal period after LOGIN_MAX_FAILURES; doubles with each further failure, up to 64 times.", ge=0
     )
     public_url: str = _setting(
         "", "The console's address as people reach it, for links in alerts (empty: http://HOST:PORT)."
     )
-    alert_interval_s: float = _setting(15.0, "How often the scheduler leader evaluates alert rules.")
-    outbox_interval_s: float = _setting(5.0, "How often the scheduler leader delivers due alert notifications.")
-    outbox_backoff_s: float = _setting(30.0, "First retry delay of a failed notification; doubles up to an hour.")
-    alert_repeat_h: float = _setting(4.0, "Hours before a still-firing, unacknowledged alert is sent again.")
+    receiver_allow: str = _setting(
+        "",
+        "Internal destinations chat receivers may reach: comma-separated addresses, CIDR networks and host names "
+        "(e.g. 10.20.0.0/16,alertmanager.internal). Loopback, link-local, cloud metadata, private and other "
+        "non-public addresses are refused otherwise, when a receiver is saved and on every send.",
+    )
+    alert_interval_s: float = _setting(15.0, "How often the scheduler leader evaluates alert rules.", gt=0)
+    outbox_interval_s: float = _setting(5.0, "How often the scheduler leader delivers due alert notifications.", gt=0)
+    outbox_backoff_s: float = _setting(30.0, "First retry delay of a failed notification; doubles up to an hour.", ge=0)
+    alert_repeat_h: float = _setting(4.0, "Hours before a still-firing, unacknowledged alert is sent again.", ge=0)
     alert_rules_dir: str = _setting("", "Folder of alert rule YAML files (empty: the shipped alerts/rules).")
     reconcile_poll_ms: float = _setting(
         25.0,
         "How often a process looks for desired state others wrote when nothing woke it: every poll on PostgreSQL; "
         "on SQLite only for 0.2 s after an inotify wake-up, or always where inotify is missing (a change-counter read).",
+        gt=0,
     )
-    rollout_tick_s: float = _setting(1.0, "How often the scheduler leader advances rollouts (steps, analysis).")
-    rollout_pause_s: float = _setting(60.0, "Default time a canary step takes traffic before it is analysed.")
-    scale_down_delay_s: float = _setting(600.0, "How long the previous stable version stays loaded after a rollout.")
+    rollout_tick_s: float = _setting(1.0, "How often the scheduler leader advances rollouts (steps, analysis).", gt=0)
+    rollout_pause_s: float = _setting(60.0, "Default time a canary step takes traffic before it is analysed.", ge=0)
+    scale_down_delay_s: float = _setting(
+        600.0, "How long the previous stable version stays loaded after a rollout.", ge=0
+    )
     rollback_window_s: float = _setting(
-        604800.0, "A version stable this recently comes back on rollback without analysis."
+        604800.0, "A version stable this recently comes back on rollback without analysis.", ge=0
     )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_in_any_case(cls, value: Any) -> Any:
+        known = isinstance(value, str) and value.strip().upper() in LogLevel.__args__
+        return value.strip().upper() if known else value
+
+    @field_validator("secret_key")
+    @classmethod
+    def _secret_is_strong(cls, value: SecretStr) -> SecretStr:
+        # NOTE: in every mode: a development server on a shared host is as easy to forge cookies for.
+        why = _weak_secret(value.get_secret_value()) if value.get_secret_value() else None
+        if why:
+            raise ValueError(
+                f"{why}; use a random value of at least {MIN_SECRET_LENGTH} characters "
+                f"(python -c 'import secrets; print(secrets.token_urlsafe(48))'), or leave it unset to have one "
+                "generated into HOME/session-secret"
+            )
+        return value
+
+    @field_validator("receiver_allow")
+    @classmethod
+    def _allow_list_parses(cls, value: str) -> str:
+        from alerts.notifiers.targets import TargetPolicy  # noqa: F811 (kept out of gunicorn.conf's imports)
+
+        TargetPolicy.parse(value)  # ValueError names the entry that is not an address, network or name
+        return value
+
+    @model_validator(mode="after")
+    def _threads_hold_the_queue(self) -> Settings:
+        if self.threads and self.threads < self.max_queue_size + self.max_batch_size:
+            raise ValueError(
+                f"{PREFIX}THREADS={self.threads} cannot hold a full queue ({PREFIX}MAX_QUEUE_SIZE={self.max_queue_size}) "
+                f"plus a running batch ({PREFIX}MAX_BATCH_SIZE={self.max_batch_size}): the excess would wait inside "
+                "gunicorn, past admission control and deadlines. Raise THREADS, lower MAX_QUEUE_SIZE, or use 0 (auto)."
+            )
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Read nothing implicitly: `load_settings` layers the file, the environment and the overrides."""
+        return (init_settings,)
 
     @property
     def sqlalchemy_url(self) -> str:
         """Return the database URL, defaulting to SQLite under the data directory."""
-        return self.database_url or f"sqlite:///{(self.home / 'flightdeck.db').resolve()}"
+        return self.database_url.get_secret_value() or f"sqlite:///{(self.home / 'flightdeck.db').resolve()}"
 
     @property
     def log_dir(self) -> Path:
+        """Return the folder of the log files (requests.log)."""
         return self.home / "logs"
 
     @property
@@ -229,6 +303,13 @@ class Settings:
     def console_url(self) -> str:
         """Return the base URL for links people follow from chat."""
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+    @property
+    def receiver_targets(self) -> TargetPolicy:
+        """Return the destinations chat receivers may reach (public ones, and RECEIVER_ALLOW's)."""
+        from alerts.notifiers.targets import TargetPolicy  # noqa: F811
+
+        return TargetPolicy.parse(self.receiver_allow)
 
     @property
     def served_models(self) -> frozenset[str]:
@@ -281,131 +362,52 @@ class Settings:
             warmup_max_sequence=self.warmup_max_sequence,
         )
 
-    def validate(self) -> Settings:
-        """Raise ConfigError for values that cannot work; return self."""
-        choices = {
-            "env": ("development", "production"),
-            "device": ("auto", "cpu", "cuda"),
-            "ort_graph_optimization": ("disable", "basic", "extended", "all"),
-            "ort_arena_extend_strategy": ("kNextPowerOfTwo", "kSameAsRequested"),
-            "cookie_secure": ("auto", "always", "never"),
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"{PREFIX}{name.upper()} must be one of {allowed}, not {getattr(self, name)!r}")
-        positive = (
-            "port",
-            "max_batch_size",
-            "max_queue_size",
-            "max_request_bytes",
-            "login_max_failures",
-            "max_archive_bytes",
-            "max_archive_files",
-            "max_unpacked_bytes",
-        )
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{PREFIX}{name.upper()} must be at least 1")
-        for name in (
-            "history_interval_s",
-            "retention_interval_s",
-            "rollout_tick_s",
-            "reconcile_poll_ms",
-            "alert_interval_s",
-            "session_hours",
-        ):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{PREFIX}{name.upper()} must be positive")
-        for name in (
-            "max_queue_delay_ms",
-            "default_timeout_ms",
-            "drain_grace_s",
-            "lease_ttl_s",
-            "history_raw_retention_h",
-            "history_minute_retention_d",
-            "history_hour_retention_d",
-            "login_lockout_s",
-        ):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{PREFIX}{name.upper()} must not be negative")
-        for name in ("workers", "threads", "batch_instances", "ort_intra_op_threads"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{PREFIX}{name.upper()} must be 0 (auto) or more")
-        if self.threads and self.threads < self.max_queue_size + self.max_batch_size:
-            raise ConfigError(
-                f"{PREFIX}THREADS={self.threads} cannot hold a full queue ({PREFIX}MAX_QUEUE_SIZE={self.max_queue_size}) "
-                f"plus a running batch ({PREFIX}MAX_BATCH_SIZE={self.max_batch_size}): the excess would wait inside "
-                "gunicorn, past admission control and deadlines. Raise THREADS, lower MAX_QUEUE_SIZE, or use 0 (auto)."
-            )
-        if not 0.0 <= self.log_sample_rate <= 1.0:
-            raise ConfigError(f"{PREFIX}LOG_SAMPLE_RATE must be between 0 and 1")
-        # NOTE: in every mode: a development server on a shared host is as easy to forge cookies for.
-        why = _weak_secret(self.secret_key) if self.secret_key else None
-        if why:
-            raise ConfigError(
-                f"{PREFIX}SECRET_KEY {why}; use a random value of at least {MIN_SECRET_LENGTH} characters "
-                f"(python -c 'import secrets; print(secrets.token_urlsafe(48))'), or leave it unset to have one "
-                "generated into HOME/session-secret"
-            )
-        return self
+    def public(self) -> dict[str, Any]:
+        """Return every setting as JSON-ready values: secrets masked, database URLs without their password."""
+        shown = self.model_dump(mode="json")
+        shown["secret_key"] = MASK if self.secret_key.get_secret_value() else ""
+        shown["database_url"] = mask_url(self.database_url.get_secret_value())
+        return shown
 
     def printable(self) -> dict[str, str]:
         """Return every setting as text fit to print: secrets masked, database URLs without their password."""
-        shown: dict[str, str] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.metadata["secret"] and f.name.endswith("_url"):
-                shown[f.name] = mask_url(str(value))
-            elif f.metadata["secret"]:
-                shown[f.name] = MASK if value else ""
-            else:
-                shown[f.name] = str(value)
-        return shown
+        return {name: str(value) for name, value in self.public().items()}
 
 
-def _convert(name: str, kind: type, raw: Any) -> Any:
-    if kind is bool and isinstance(raw, str):
-        lowered = raw.strip().lower()
-        if lowered in ("1", "true", "yes", "on"):
-            return True
-        if lowered in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(f"{PREFIX}{name.upper()} must be true or false, not {raw!r}")
-    try:
-        return kind(raw)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{PREFIX}{name.upper()} must be {kind.__name__}, not {raw!r}") from None
+def secret_fields() -> frozenset[str]:
+    """Return the names of the settings that hold secrets (never printed, never echoed in errors)."""
+    return frozenset(name for name, f in Settings.model_fields.items() if f.annotation is SecretStr)
 
 
-_TYPES = {"Path": Path, "str": str, "int": int, "float": float, "bool": bool}
+class _EnvironSource(EnvSettingsSource):
+    """pydantic-settings' FLIGHTDECK_* source over a given mapping (os.environ, or a test's own dict)."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(Settings)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return parse_env_vars(self._environ, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
 
 
 def load_settings(environ: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None) -> Settings:
     """Build validated settings from defaults, FLIGHTDECK_CONFIG (a TOML file), the environment and overrides."""
     environ = os.environ if environ is None else environ
-    values: dict[str, Any] = {}
+    from_file: dict[str, Any] = {}
     config_file = environ.get(f"{PREFIX}CONFIG")
     if config_file:
         try:
-            values.update(tomllib.loads(Path(config_file).read_text()))
+            from_file = tomllib.loads(Path(config_file).read_text())
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"cannot read {PREFIX}CONFIG {config_file}: {exc}") from None
-    for f in fields(Settings):
-        key = PREFIX + f.name.upper()
-        if key in environ:
-            values[f.name] = environ[key]
-    values.update(overrides or {})
-    known = {f.name: f for f in fields(Settings)}
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise ConfigError(f"unknown setting(s) {unknown}")
-    converted = {name: _convert(name, _TYPES[str(known[name].type)], raw) for name, raw in values.items()}
-    return dataclasses.replace(Settings(), **converted).validate()
+    from_env = _EnvironSource(environ)()
+    try:
+        return Settings(**{**from_file, **from_env, **(overrides or {})})
+    except ValidationError as exc:
+        only_in_file = set(from_file) - set(from_env) - set(overrides or {})
+        raise ConfigError(explain(exc, Settings, PREFIX, secret_fields(), only_in_file, config_file)) from None
 
 
 def settings_table() -> str:
     """Return the settings as a Markdown table for the README."""
-    rows = ["| Variable | Default | Meaning |", "| --- | --- | --- |"]
-    for f in fields(Settings):
-        rows.append(f"| `{PREFIX}{f.name.upper()}` | `{f.default}` | {f.metadata['doc']} |")
-    return "\n".join(rows)
+    return markdown_table(Settings, PREFIX)

@@ -229,6 +229,8 @@ def infer(name: str, version: str | None = None) -> Response:
     except ServingError as exc:
         status = exc.status
         record["error"] = exc.message
+        if exc.version is not None:  # routed before it failed: the line names the version and slot
+            record.update(version=exc.version, slot=exc.slot)
         # InputRejected ran in a slot, whose observer already counted it as a client error.
         if isinstance(exc, (InvalidInput, ModelNotFound, PayloadTooLarge)) and not isinstance(exc, InputRejected):
             # Unknown names share one label, so made-up model names cannot grow the series.

@@ -1,15 +1,17 @@
-"""One structured JSON line per request: errors and slow requests always, the rest sampled."""
+"""One structured JSON line per request: errors and slow requests always, the rest sampled.
+
+The line goes to HOME/logs/requests.log only (see `logconfig`), which adds its timestamp and level.
+"""
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from typing import Any
 
 import numpy as np
 
-log = logging.getLogger("flightdeck.requests")
+log = logging.getLogger("flightdeck.requests")  # logconfig.REQUEST_LOGGER (not imported: no Flask here)
 
 
 def input_hash(tensors: dict[str, np.ndarray]) -> str:
@@ -46,4 +48,6 @@ def log_request(
     if tensors is not None:
         record = {**record, "input_hash": input_hash(tensors)}
     level = logging.WARNING if status >= 500 or total_ms >= slow_ms else logging.INFO
-    log.log(level, json.dumps({**record, "status": status, "total_ms": round(total_ms, 3)}, separators=(",", ":")))
+    # A dict message: the JSON formatter writes its fields as they are, after the time and the level.
+    line = {**dict.fromkeys(("request_id", "model", "version", "slot")), **record}  # version, slot: None if not routed
+    log.log(level, {**line, "status": status, "total_ms": round(total_ms, 3)})

@@ -87,8 +87,8 @@ class LeaderScheduler:
         return leader
 
     def add_local_job(self, func: Callable[[], None], seconds: float, job_id: str) -> None:
-        """Run `func` every `seconds` in this process."""
-        self._scheduler.add_job(func, "interval", seconds=seconds, id=job_id, replace_existing=True)
+        """Run `func` every `seconds` in this process; APScheduler's messages call it `job_id` ("alert-evaluator")."""
+        self._scheduler.add_job(func, "interval", seconds=seconds, id=job_id, name=job_id, replace_existing=True)
 
     def add_cluster_job(self, func: Callable[[], None], seconds: float, job_id: str) -> None:
         """Run `func` every `seconds`, in the lease holder only."""
@@ -108,8 +108,7 @@ class LeaderScheduler:
 
     def start(self) -> None:
         """Take the lease if free and start the timers."""
-        # NOTE: APScheduler logs two INFO lines per job run (several a second here); failures still show (ERROR).
-        logging.getLogger("apscheduler.executors").setLevel(logging.WARNING)
+        # NOTE: APScheduler's two INFO lines per job run stay below the WARNING its loggers get (logconfig).
         self.renew()
         self.add_local_job(self.renew, max(self._ttl_s / 3, 0.5), "lease-renewal")
         self._scheduler.start()

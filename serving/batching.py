@@ -471,7 +471,7 @@ class Batcher:
         """Turn the failure of one request run alone into the error it answers with."""
         where = f"model '{self._spec.name}' version {self._spec.version}"
         if is_input_fault(exc):
-            log.info("%s refused a request's input: %s", where, type(exc).__name__)
+            log.debug("%s refused a request's input: %s", where, type(exc).__name__)  # the request log has it
             return InputRejected(f"{where} refused the input: {trim(str(exc))}")
         log.error("%s failed on a request: %s", where, trim(str(exc)), exc_info=exc)
         return InferenceFailed(f"{where} failed: {trim(str(exc))}")

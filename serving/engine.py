@@ -448,6 +448,22 @@ class Engine:
         if self._draining:
             raise Unavailable("the engine is draining and admits no new requests", retry_after=1)
         loaded = self.resolve(name, version, route_key)
+        try:
+            return self._infer_on(loaded, tensors, version, timeout_s, outputs)
+        except ServingError as exc:
+            exc.version, exc.slot = loaded.spec.version, loaded.slot  # so the request's log line names them
+            raise
+
+    def _infer_on(
+        self,
+        loaded: LoadedVersion,
+        tensors: dict[str, np.ndarray],
+        version: str | None,
+        timeout_s: float | None,
+        outputs: list[str] | None,
+    ) -> Routed:
+        """Check, queue and run one request on the version it was routed to."""
+        name = loaded.spec.name
         batch, seq_len = loaded.spec.check_inputs(tensors, loaded.batcher.max_batch_size)
         known = [t.name for t in loaded.spec.outputs]
         unknown = [o for o in outputs or () if o not in known]

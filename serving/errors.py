@@ -10,6 +10,9 @@ class ServingError(Exception):
 
     status: int = 500
     reason: str = "internal"
+    # Where the engine had routed the request when it failed; None when it failed before routing.
+    version: str | None = None
+    slot: str | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

@@ -33,7 +33,7 @@ def _nvml():
                 pynvml.nvmlInit()
                 _state["ok"] = True
             except Exception as exc:  # no library, no driver, no device: all mean "no GPU"
-                log.info("NVML unavailable, GPU telemetry off: %s", exc)
+                log.debug("NVML unavailable, GPU telemetry off: %s", exc)  # every CPU-only worker: not news
                 _state["ok"] = False
     if not _state["ok"]:
         return None

@@ -62,8 +62,8 @@ def _create_exclusive(path: Path, text: bytes) -> None:
 
 def session_secret(settings: Settings) -> str:
     """Return the configured secret, or the one in HOME/session-secret, generating it on first use."""
-    if settings.secret_key:
-        return settings.secret_key  # already checked by Settings.validate
+    if configured := settings.secret_key.get_secret_value():
+        return configured  # already checked when the settings were loaded
     path = secret_path(settings)
     settings.home.mkdir(mode=0o700, parents=True, exist_ok=True)
     if not path.exists():
