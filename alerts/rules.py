@@ -3,7 +3,8 @@
 name: high_error_rate
 severity: P1
 why: users see failures but most requests still succeed
-condition: {metric: error_rate, aggregation: avg, window: 5m, op: ">", threshold: 0.05, by: [model, version]}
+condition: {metric: error_rate, aggregation: avg, window: 5m, op: ">", threshold: 0.05, by: [model, version],
+            min_requests: 20}
 for: 2m
 labels: {team: ml}
 summary: "{model} v{version}: error rate {value:.1%}"
@@ -14,6 +15,7 @@ automatic: {enabled: true, cooldown: 15m, max_attempts: 2}
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -33,6 +35,11 @@ LIVE_METRICS = {
     "auto_rollbacks": "automatic rollbacks in the window",
     "notification_failures": "alert notifications that failed in the window",
 }
+# Metrics measured over requests: a condition on one may set `min_requests`, the fewest requests in its
+# window to judge by (below it the alert reports "not enough traffic": one failure in two is no rate).
+REQUEST_METRICS = frozenset(
+    {"error_rate", "client_error_rate", "timeout_rate", "rejection_rate", "p50", "p90", "p99", "p999", "latency_mean"}
+)
 AGGREGATIONS = ("avg", "max", "min", "sum", "last")
 OPERATORS = (">", ">=", "<", "<=", "==", "!=")
 GROUPINGS = ("model", "version", "slot", "device")
@@ -53,6 +60,29 @@ def parse_duration(value: Any, where: str) -> timedelta:
     return timedelta(**{{"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[unit]: amount})
 
 
+def duration_text(duration: timedelta) -> str:
+    """Write a duration as rule files do: `30s`, `5m`, `2h`, `1d`."""
+    seconds = int(duration.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+@dataclass(frozen=True)
+class Insufficient:
+    """An observed label set with too little behind it to judge the condition; `reason` says so."""
+
+    reason: str
+
+
+class _NoValue:
+    """Stands in for a missing value in a template: every format spec renders `n/a`, never `nan%`."""
+
+    def __format__(self, spec: str) -> str:
+        return "n/a"
+
+
 @dataclass(frozen=True)
 class Condition:
     metric: str
@@ -61,6 +91,7 @@ class Condition:
     op: str
     threshold: float
     by: tuple[str, ...]
+    min_requests: int = 0  # fewest requests in the window to judge by (REQUEST_METRICS only); 0: no minimum
 
     def holds(self, value: float) -> bool:
         """Compare a value with the threshold."""
@@ -68,6 +99,14 @@ class Condition:
         return {">": value > t, ">=": value >= t, "<": value < t, "<=": value <= t, "==": value == t, "!=": value != t}[
             self.op
         ]
+
+    def too_little_traffic(self, requests: int) -> Insufficient:
+        """Say that `requests` in the window are fewer than the condition needs to judge by."""
+        noun = "request" if requests == 1 else "requests"
+        window = duration_text(self.window)
+        return Insufficient(
+            f"not enough traffic: {requests} {noun} in {window}, fewer than the {self.min_requests} needed"
+        )
 
 
 @dataclass(frozen=True)
@@ -93,16 +132,33 @@ class Rule:
     source: str = ""
 
     def render(self, template: str, labels: dict[str, str], value: float | None) -> str:
-        """Fill a summary/description template; a missing label renders as '?' rather than failing."""
+        """Fill a summary/description template; a missing label renders as '?', a missing value as 'n/a'."""
 
         class Missing(dict):
             def __missing__(self, key: str) -> str:
                 return "?"
 
         try:
-            return template.format_map(Missing(labels, value=value if value is not None else float("nan")))
+            return template.format_map(Missing(labels, value=_NoValue() if value is None else value))
         except (ValueError, TypeError):
             return template
+
+    def format_value(self, value: float) -> str:
+        """Write a value as the summary writes it (`{value:.1%}` gives `12.3%`), else in general form."""
+        try:
+            spec = next((s for _, name, s, _ in string.Formatter().parse(self.summary) if name == "value"), None)
+            return format(value, spec) if spec else f"{value:g}"
+        except ValueError:
+            return f"{value:g}"
+
+    def recovered(self, value: float) -> str:
+        """Say why a value no longer holds the condition, e.g. `1.0%, no longer > 5.0%`."""
+        c = self.condition
+        return f"{self.format_value(value)}, no longer {c.op} {self.format_value(c.threshold)}"
+
+    def no_data(self) -> str:
+        """Say that nothing was observed in the window (traffic stopped, or nothing was sampled)."""
+        return f"no data in the last {duration_text(self.condition.window)}: no traffic, or nothing sampled"
 
 
 def _rule(data: Any, where: str, metrics: Iterable[str], runbooks: Iterable[str] | None) -> Rule:
@@ -143,9 +199,14 @@ def _rule(data: Any, where: str, metrics: Iterable[str], runbooks: Iterable[str]
     by = tuple(cond.get("by", ()))
     if any(b not in GROUPINGS for b in by):
         raise RuleError(f"{where}: 'by' may only name {GROUPINGS}")
-    extra = sorted(set(cond) - {"metric", "aggregation", "window", "op", "threshold", "by"})
+    extra = sorted(set(cond) - {"metric", "aggregation", "window", "op", "threshold", "by", "min_requests"})
     if extra:
         raise RuleError(f"{where}: unknown condition field(s) {extra}")
+    min_requests = cond.get("min_requests", 0)
+    if isinstance(min_requests, bool) or not isinstance(min_requests, int) or min_requests < 0:
+        raise RuleError(f"{where}: 'min_requests' must be a whole number of requests, 0 or more")
+    if min_requests and metric not in REQUEST_METRICS:
+        raise RuleError(f"{where}: 'min_requests' applies only to metrics over requests: {sorted(REQUEST_METRICS)}")
     runbook = data.get("runbook")
     if runbook is not None and runbooks is not None and runbook not in set(runbooks):
         raise RuleError(f"{where}: runbook {runbook!r} is not a registered runbook")
@@ -173,6 +234,7 @@ def _rule(data: Any, where: str, metrics: Iterable[str], runbooks: Iterable[str]
             op=op,
             threshold=float(threshold),
             by=by,
+            min_requests=min_requests,
         ),
         for_=parse_duration(data.get("for", "0s"), f"{where} for"),
         summary=summary,
@@ -194,6 +256,8 @@ def load_rules(folder: Path, metrics: Iterable[str], runbooks: Iterable[str] | N
             documents = yaml.safe_load(path.read_text())
         except yaml.YAMLError as exc:
             raise RuleError(f"{path.name}: not valid YAML: {exc}") from None
+        if isinstance(documents, dict) and "slos" in documents and "rules" not in documents:
+            continue  # a file of SLOs only: alerts.slo reads it and generates their rules
         if not isinstance(documents, dict) or not isinstance(documents.get("rules"), list):
             raise RuleError(f"{path.name}: expected a mapping with a 'rules' list")
         for i, data in enumerate(documents["rules"]):

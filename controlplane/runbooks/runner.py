@@ -36,7 +36,7 @@ from controlplane.auth.users import get_user
 from controlplane.errors import ApiError, Conflict, NotFound
 from controlplane.models import ApiToken, User
 from controlplane.models.runbook import RunbookRun
-from controlplane.runbooks.catalog import RunbookCatalog, script_env
+from controlplane.runbooks.catalog import RunbookCatalog, runbook_directory, script_env
 from controlplane.runbooks.declaration import Runbook, resume_point
 from controlplane.runbooks.process import ScriptProcess, ScriptResult
 from controlplane.runbooks.states import ACTIVE, RESUMABLE, IllegalTransition, RunState, Trigger, transition
@@ -44,7 +44,6 @@ from controlplane.scheduler import utcnow
 
 log = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parents[2]
 SYSTEM_USER = "system"  # a reserved account name (auth.users.RESERVED): no person can create or log in as it
 UNUSABLE_PASSWORD = "!"  # matches no password: werkzeug refuses a hash without a method
 APPROVAL_TIMEOUT_S = 900.0
@@ -68,7 +67,7 @@ class RunbookRunner:
         *,
         api_url: str,
         output_dir: Path,
-        cwd: Path = ROOT,
+        cwd: Path | None = None,
         approval_timeout_s: float = APPROVAL_TIMEOUT_S,
         queue_timeout_s: float = QUEUE_TIMEOUT_S,
         clock: Callable[[], datetime] = utcnow,
@@ -77,7 +76,7 @@ class RunbookRunner:
         self._sessions = sessions
         self._api_url = api_url
         self._output_dir = output_dir
-        self._cwd = cwd
+        self._cwd = cwd or catalog.directory  # scripts run in their own folder unless told otherwise
         self.approval_timeout_s = approval_timeout_s
         self._queue_timeout_s = queue_timeout_s
         self._clock = clock
@@ -290,15 +289,21 @@ class RunbookRunner:
             # transaction must be rolled back (the API does; the alert evaluator records the error).
             raise Conflict(f"another run is acting on {run.target} now; one run at a time per target") from None
 
+    def holder(self, session: Session, target: str, now: datetime | None = None) -> RunbookRun | None:
+        """Return the run acting on `target` (queued or running), releasing one that is overdue (not committed)."""
+        now = now or self._clock()
+        holders = list(session.scalars(select(RunbookRun).where(RunbookRun.active_target == target)))
+        return next((run for run in holders if not self._expire_run(session, run, now)), None)
+
     def _hold_target(self, session: Session, run: RunbookRun, now: datetime) -> None:
         if run.dry_run:
             return  # a dry run changes nothing, so it neither waits for a target nor holds one
-        for holder in list(session.scalars(select(RunbookRun).where(RunbookRun.active_target == run.target))):
-            if not self._expire_run(session, holder, now):
-                raise Conflict(
-                    f"run {holder.id} ({holder.runbook}, {holder.state}) is acting on {run.target}; "
-                    "one run at a time per target"
-                )
+        holder = self.holder(session, run.target, now)
+        if holder is not None:
+            raise Conflict(
+                f"run {holder.id} ({holder.runbook}, {holder.state}) is acting on {run.target}; "
+                "one run at a time per target"
+            )
         run.active_target = run.target
 
     def _expire_run(self, session: Session, run: RunbookRun, now: datetime) -> bool:
@@ -467,7 +472,7 @@ def build_runner(settings: Any, sessions: sessionmaker[Session]) -> RunbookRunne
     if ":" in host:
         host = f"[{host}]"
     return RunbookRunner(
-        RunbookCatalog(ROOT / "runbooks", python=sys.executable),
+        RunbookCatalog(runbook_directory(), python=sys.executable),
         sessions,
         api_url=f"http://{host}:{settings.port}",
         output_dir=settings.home.resolve() / "runbooks",
