@@ -26,6 +26,7 @@ from typing import Annotated, Any, TypeVar
 
 from flask import Response, current_app, request
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic.json_schema import SkipJsonSchema
 
 from controlplane.errors import ApiError
 
@@ -55,6 +56,20 @@ class Reply(BaseModel):
 
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"}, description="ISO 8601, UTC")]
 NonEmpty = Annotated[str, Field(min_length=1)]
+Absent = SkipJsonSchema[None]  # `T | Absent`: a response key left out when there is no value (never sent as null)
+
+
+def _absent(value: Any) -> bool:
+    return value is None
+
+
+def _no_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)  # the key is left out, not null: a null default would contradict its type
+
+
+def absent_key(description: str | None = None) -> Any:
+    """Declare a response key (typed `T | Absent`) that is left out when the read model has no value for it."""
+    return Field(None, exclude_if=_absent, json_schema_extra=_no_default, description=description)
 
 
 @dataclass(frozen=True)
@@ -249,7 +264,8 @@ def describe(exc: ValidationError, model: type[BaseModel] | None = None) -> str:
     unknown = sorted(_where(e["loc"]) for e in errors if e["type"] == "extra_forbidden")
     parts = []
     if unknown:
-        allowed = f"; allowed: {sorted(model.model_fields)}" if model is not None else ""
+        fields = sorted(model.model_fields) if model is not None else []
+        allowed = f"; allowed: {fields}" if fields and fields != ["root"] else ""  # a RootModel has no names to offer
         parts.append(f"unknown field(s) {unknown}{allowed}")
     parts += [_message(e) for e in errors if e["type"] != "extra_forbidden"]
     return "; ".join(dict.fromkeys(parts[:4]))

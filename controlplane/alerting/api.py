@@ -1,20 +1,36 @@
 """The alerts API: alerts and their timeline, acknowledgement, silences, chat receivers.
 
-Views parse the request, call `alerting.service` (writes) or `alerting.readmodel` (reads), commit
-and answer; the console reads through the same read model.
+Views take their bodies and queries parsed (`alerting.schemas`), call `alerting.service` (writes)
+or `alerting.readmodel` (reads), commit and answer; the console reads through the same read model.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint
 
-from alerts.rules import RuleError, parse_duration
-from alerts.states import AlertState
+from alerts.rules import parse_duration
 from controlplane.alerting import readmodel, service
 from controlplane.alerting.readmodel import alert_json, alert_timeline, receiver_json, silence_json
+from controlplane.alerting.schemas import (
+    AlertDetail,
+    AlertList,
+    AlertQuery,
+    AlertView,
+    NotificationList,
+    NotificationQuery,
+    ReceiverList,
+    ReceiverPut,
+    ReceiverView,
+    SilenceCreate,
+    SilenceList,
+    SilenceView,
+    TestResult,
+)
 from controlplane.auth import Role, current_actor, request_audit, require_role
+from controlplane.context import current_services
+from controlplane.contract import operation
 from controlplane.db import get_db
 from controlplane.errors import ApiError, NotFound
 from controlplane.models import AlertRecord
@@ -23,6 +39,9 @@ from controlplane.timeparse import parse_time
 
 bp = Blueprint("alerts", __name__, url_prefix="/api")
 
+FINGERPRINT = {"fingerprint": "the alert's fingerprint (its rule and label set)"}
+RECEIVER = {"name": "the receiver's name: letters, digits and underscores"}
+
 
 def _actor_name() -> str:
     actor = current_actor()
@@ -30,116 +49,99 @@ def _actor_name() -> str:
     return actor.name
 
 
-def _body() -> dict[str, Any]:
-    body = request.get_json(silent=True)
-    if not isinstance(body, dict):
-        raise ApiError("the request body must be a JSON object")
-    return body
-
-
 @bp.get("/alerts")
-def list_alerts() -> Response:
-    """Alerts, most urgent first; ?state=firing|pending|resolved|inactive filters."""
-    state = request.args.get("state")
-    if state is not None and state not in {s.value for s in AlertState}:
-        raise ApiError(f"'state' must be one of {[s.value for s in AlertState]}")
-    rows = readmodel.list_alerts(get_db(), AlertState(state) if state is not None else None)
-    return jsonify({"alerts": [alert_json(r) for r in rows]})
+@operation(query=AlertQuery, response=AlertList)
+def list_alerts(query: AlertQuery) -> dict[str, Any]:
+    """List alerts, most urgent first; ?state= filters."""
+    return {"alerts": [alert_json(r) for r in readmodel.list_alerts(get_db(), query.state)]}
 
 
 @bp.get("/alerts/<fingerprint>")
-def show_alert(fingerprint: str) -> Response:
-    """One alert with its timeline: state changes, notifications, suppressions, runbook runs, acks."""
+@operation(response=AlertDetail, errors={404: "No such alert"}, path=FINGERPRINT)
+def show_alert(fingerprint: str) -> dict[str, Any]:
+    """Show one alert with its timeline: state changes, notifications, suppressions, runbook runs, acks."""
     session = get_db()
     row = session.get(AlertRecord, fingerprint)
     if row is None:
         raise NotFound(f"no alert {fingerprint}")
-    return jsonify({**alert_json(row), "timeline": alert_timeline(session, fingerprint)})
+    return {**alert_json(row), "timeline": alert_timeline(session, fingerprint)}
 
 
 @bp.post("/alerts/<fingerprint>/ack")
 @require_role(Role.OPERATOR, action="alert.ack")
-def acknowledge(fingerprint: str) -> Response:
+@operation(response=AlertView, errors={404: "No such alert", 409: "The alert is not firing"}, path=FINGERPRINT)
+def acknowledge(fingerprint: str) -> dict[str, Any]:
     """Acknowledge a firing alert: someone is on it, so it is not repeated."""
     session = get_db()
     row = service.acknowledge(session, fingerprint, _actor_name(), request_audit, utcnow())
     session.commit()
-    return jsonify(alert_json(row))
+    return alert_json(row)
 
 
 @bp.get("/silences")
-def list_silences() -> Response:
-    """Every silence, newest first (expired ones stay listed)."""
-    return jsonify({"silences": [silence_json(r) for r in readmodel.list_silences(get_db())]})
+@operation(response=SilenceList)
+def list_silences() -> dict[str, Any]:
+    """List every silence, newest first (expired ones stay listed)."""
+    return {"silences": [silence_json(r) for r in readmodel.list_silences(get_db())]}
 
 
 @bp.post("/silences")
 @require_role(Role.OPERATOR, action="silence.create")
-def create_silence() -> tuple[Response, int]:
-    """Mute matching alerts' notifications: {matchers, comment, duration: '2h' | ends_at, starts_at?}."""
-    body = _body()
+@operation(body=SilenceCreate, response=SilenceView, status=201)
+def create_silence(body: SilenceCreate) -> tuple[dict[str, Any], int]:
+    """Mute matching alerts' notifications for a duration (or until ends_at), at most 30 days."""
     now = utcnow()
-    comment = body.get("comment")
-    if not isinstance(comment, str) or not comment.strip():
-        raise ApiError("'comment' must say why (it is shown beside the silence)")
-    starts = parse_time(body["starts_at"], "starts_at", now) if body.get("starts_at") else now
-    if body.get("duration"):
-        try:
-            ends = starts + parse_duration(body["duration"], "'duration'")
-        except RuleError as exc:
-            raise ApiError(str(exc)) from None
-    elif body.get("ends_at"):
-        ends = parse_time(body["ends_at"], "ends_at", now)
+    starts = parse_time(body.starts_at, "starts_at", now) if body.starts_at else now
+    if body.duration:
+        ends = starts + parse_duration(body.duration, "'duration'")  # checked by the model
     else:
-        raise ApiError("give 'duration' (e.g. 2h) or 'ends_at'")
-    matchers = service.matchers_from(body.get("matchers"))
+        ends = parse_time(body.ends_at or "", "ends_at", now)
+    matchers = [m.model_dump() for m in body.matchers]
     session = get_db()
-    row = service.create_silence(session, matchers, starts, ends, comment.strip(), _actor_name(), request_audit, now)
+    row = service.create_silence(session, matchers, starts, ends, body.comment, _actor_name(), request_audit, now)
     session.commit()
-    return jsonify(silence_json(row)), 201
+    return silence_json(row), 201
 
 
 @bp.delete("/silences/<int:silence_id>")
 @require_role(Role.OPERATOR, action="silence.expire")
-def expire_silence(silence_id: int) -> Response:
+@operation(response=SilenceView, errors={404: "No such silence"})
+def expire_silence(silence_id: int) -> dict[str, Any]:
     """End a silence now (it stays listed, marked expired)."""
     session = get_db()
     row = service.expire_silence(session, silence_id, _actor_name(), request_audit, utcnow())
     session.commit()
-    return jsonify(silence_json(row))
+    return silence_json(row)
 
 
 @bp.get("/receivers")
-def list_receivers() -> Response:
-    """Every chat receiver, without its secrets."""
-    return jsonify({"receivers": [receiver_json(r) for r in readmodel.list_receivers(get_db())]})
+@operation(response=ReceiverList)
+def list_receivers() -> dict[str, Any]:
+    """List every chat receiver, without its secrets."""
+    return {"receivers": [receiver_json(r) for r in readmodel.list_receivers(get_db())]}
 
 
 @bp.put("/receivers/<name>")
 @require_role(Role.ADMIN, action="receiver.put")
-def put_receiver(name: str) -> Response:
-    """Create or replace a receiver: {kind, config: {url, secret?...}, severities: [P0, P1], matchers?}."""
+@operation(body=ReceiverPut, response=ReceiverView, path=RECEIVER)
+def put_receiver(name: str, body: ReceiverPut) -> dict[str, Any]:
+    """Create or replace a chat receiver; its secrets are stored, never shown back."""
     if not service.LABEL.match(name):
         raise ApiError("a receiver name is letters, digits and underscores")
-    body = _body()
-    config = body.get("config")
-    if not isinstance(config, dict):
-        raise ApiError("'config' must be an object (url and the service's secrets)")
-    severities = body.get("severities", list(service.SEVERITIES))
-    if not isinstance(severities, list):
-        raise ApiError("'severities' must list some of P0, P1, P2")
-    matchers = service.matchers_from(body["matchers"]) if body.get("matchers") else []
+    receiver = body.root
     session = get_db()
     row = service.put_receiver(
-        session, name, str(body.get("kind")), config, severities, matchers, bool(body.get("enabled", True)),
-        request_audit, utcnow(),
+        session, name, receiver.kind, receiver.config.model_dump(exclude_unset=True),
+        [s.value for s in receiver.severities], [m.model_dump() for m in receiver.matchers], receiver.enabled,
+        request_audit, utcnow(), route=receiver.route(), targets=current_services().settings.receiver_targets,
     )  # fmt: skip
     session.commit()
-    return jsonify(receiver_json(row))
+    return receiver_json(row)
 
 
 @bp.delete("/receivers/<name>")
 @require_role(Role.ADMIN, action="receiver.delete")
+@operation(status=204, errors={404: "No such receiver"}, path=RECEIVER)
 def delete_receiver(name: str) -> tuple[str, int]:
     """Delete a receiver."""
     session = get_db()
@@ -150,9 +152,21 @@ def delete_receiver(name: str) -> tuple[str, int]:
 
 @bp.post("/receivers/<name>/test")
 @require_role(Role.OPERATOR, action="receiver.test")
-def test_receiver(name: str) -> Response:
+@operation(response=TestResult, errors={404: "No such receiver"}, path=RECEIVER)
+def test_receiver(name: str) -> dict[str, Any]:
     """Send a test message now and say what the service answered."""
     session = get_db()
-    result = service.send_test_message(session, name, request_audit, utcnow())
+    settings = current_services().settings
+    result = service.send_test_message(
+        session, name, request_audit, utcnow(), console_url=settings.console_url, targets=settings.receiver_targets
+    )
     session.commit()
-    return jsonify({"ok": result.ok, "error": result.error, "retry_after_s": result.retry_after_s})
+    return {"ok": result.ok, "error": result.error, "retry_after_s": result.retry_after_s}
+
+
+@bp.get("/notifications")
+@operation(query=NotificationQuery, response=NotificationList)
+def list_notifications(query: NotificationQuery) -> dict[str, Any]:
+    """List the notification outbox, newest first: state, attempts, next try, last error."""
+    rows = readmodel.list_notifications(get_db(), query.state, query.receiver, query.limit)
+    return {"notifications": [readmodel.notification_json(r) for r in rows]}

@@ -6,6 +6,7 @@ talks to this very app over HTTP; the test drives the API with Flask's test clie
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -203,3 +204,34 @@ def test_a_dry_run_over_http_shows_the_plan(app, client, tokens) -> None:
     run = finished(app, client, started.get_json()["id"], tokens["otto"])
     assert run["state"] == "succeeded" and {s["status"] for s in run["steps"]} == {"dry-run"}
     assert run["steps"][1]["detail"] == ["would POST /api/models/mlp/slots/green/reload"]
+
+
+def test_a_body_that_does_not_fit_is_refused_by_name_and_audited(app, client, tokens) -> None:
+    cases = [
+        ({"params": {"model": "mlp"}, "shell": True}, "unknown field(s) ['shell']"),
+        ({"params": {"model": "mlp"}, "from_step": 2}, "'from_step' must be a string"),
+        ({"params": {"model": "mlp"}, "dry_run": "yes"}, "'dry_run' must be true or false"),
+        ({"params": ["mlp"]}, "'params' must be an object"),
+    ]
+    for body, message in cases:
+        response = client.post("/api/runbooks/rollback/runs", json=body, headers=tokens["otto"])
+        assert response.status_code == 400 and message in response.get_json()["error"]["message"], body
+    rejected = client.post("/api/runbooks/runs/1/reject", json={"why": "no"}, headers=tokens["otto"])
+    assert rejected.status_code == 400 and "['why']" in rejected.get_json()["error"]["message"]
+    events = audit(app, "runbook.")
+    assert [(e.action, e.actor, e.outcome) for e in events] == [("runbook.request", "otto", "error")] * 4 + [
+        ("runbook.reject", "otto", "error")
+    ]
+    assert "'shell'" in events[0].detail["error"] and events[4].target == "1"
+    assert client.get("/api/runbooks/runs", headers=tokens["otto"]).get_json()["runs"] == []
+
+
+def test_declarations_and_queries_answer_as_before(app, client, tokens) -> None:
+    for name in ("rollback", "set_batching", "steps"):
+        declared = json.loads(json.dumps(runner_of(app).catalog.get(name).to_dict()))
+        assert client.get(f"/api/runbooks/{name}").get_json() == declared  # no key added, none as null
+    assert client.get("/api/runbooks/runs?state=&runbook=").status_code == 200  # an empty select filters nothing
+    too_many = client.get("/api/runbooks/runs?limit=501").get_json()["error"]["message"]
+    assert too_many == "'limit' must be a whole number from 1 to 500; got '501'"
+    state = client.get("/api/runbooks/runs?state=bogus").get_json()["error"]["message"]
+    assert "'state' must be one of" in state and "awaiting_approval" in state
