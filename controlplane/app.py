@@ -14,6 +14,7 @@ from controlplane.auth import api as auth_api
 from controlplane.auth.session_secret import session_secret
 from controlplane.config import Settings, load_settings
 from controlplane.history import api as history_api
+from controlplane.history import slo_api
 from controlplane.logconfig import configure_logging
 from controlplane.registry import api as registry_api
 from controlplane.requestid import request_id_from_headers
@@ -40,6 +41,7 @@ def create_app(config: Mapping[str, Any] | None = None, services: Services | Non
     app.register_blueprint(repository_api.bp)
     app.register_blueprint(ops_api.bp)
     app.register_blueprint(history_api.bp)
+    app.register_blueprint(slo_api.bp)
     app.register_blueprint(dashboards_view.bp)
     app.register_blueprint(openapi.bp)
     app.register_blueprint(auth_api.bp)
@@ -58,5 +60,5 @@ def create_app(config: Mapping[str, Any] | None = None, services: Services | Non
         response.headers["X-Request-ID"] = g.get("request_id", "")
         return response
 
-    logging.getLogger(__name__).info("Flightdeck app created (home %s)", settings.home.resolve())
+    logging.getLogger(__name__).debug("Flightdeck app created (home %s)", settings.home.resolve())
     return app

@@ -5,18 +5,22 @@ Everything else receives these as arguments, or in a request through `context.cu
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from importlib.resources import files
 from pathlib import Path
 
 from sqlalchemy import Engine as DbEngine
 from sqlalchemy.orm import Session, sessionmaker
 
+from alerts.notifiers.delivery import deliver
 from alerts.rules import LIVE_METRICS, Rule, load_rules
+from alerts.slo import SLO, load_slos, with_burn_rules
 from controlplane import metrics
 from controlplane.alerting.evaluator import AlertEvaluator, EvaluatorSettings
 from controlplane.alerting.outbox import deliver_due
@@ -32,6 +36,7 @@ from controlplane.rollout.audit import system_audit
 from controlplane.rollout.controller import tick
 from controlplane.rollout.reconciler import Reconciler
 from controlplane.runbooks.automatic import alert_runner
+from controlplane.runbooks.catalog import runbook_directory
 from controlplane.runbooks.runner import RunbookRunner, build_runner
 from controlplane.scheduler import LeaderScheduler, utcnow
 from serving.engine import Engine
@@ -57,6 +62,7 @@ class Services:
     alerts: AlertEvaluator
     runbooks: RunbookRunner
     serving_gauges: metrics.ServingGauges
+    slos: list[SLO]
 
     def refresh_gauges(self) -> None:
         """Publish readiness, what is served, traffic weights and GPU readings (called before each scrape)."""
@@ -95,14 +101,14 @@ def _retention(sessions: sessionmaker[Session], settings: Settings) -> None:
         apply_retention(session, utcnow(), settings.retention)
 
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def load_alert_rules(settings: Settings) -> list[Rule]:
-    """Load and validate the alert rules; a broken rule file stops the start with its reason."""
-    folder = Path(settings.alert_rules_dir) if settings.alert_rules_dir else ROOT / "alerts" / "rules"
-    runbooks = sorted(p.stem for p in (ROOT / "runbooks").glob("[!_]*.py")) or None
-    return load_rules(folder, [*METRICS, *LIVE_METRICS], runbooks)
+def load_alert_rules(settings: Settings) -> tuple[list[Rule], list[SLO]]:
+    """Load and validate the alert rules and SLOs, with the SLOs' rules; a broken file stops the start."""
+    # The default rules ship inside the `alerts` package (package data), found wherever it is installed.
+    folder = Path(settings.alert_rules_dir) if settings.alert_rules_dir else Path(str(files("alerts") / "rules"))
+    runbooks = sorted(p.stem for p in runbook_directory().glob("[!_]*.py")) or None
+    rules = load_rules(folder, [*METRICS, *LIVE_METRICS], runbooks)
+    slos = load_slos(folder, runbooks)  # declared beside the rules, in `slos:` lists
+    return with_burn_rules(rules, slos), slos
 
 
 def build_services(settings: Settings, *, start_scheduler: bool | None = None) -> Services:
@@ -132,9 +138,10 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
     reconciler.start()  # the first pass is synchronous: the models are loaded before the app serves
     sampler = HistorySampler(engine, sessions, process=process)
     runbooks = build_runner(settings, sessions)
+    rules, slos = load_alert_rules(settings)
     evaluator = AlertEvaluator(
         sessions,
-        load_alert_rules(settings),
+        rules,
         EvaluatorSettings(
             repeat_interval=timedelta(hours=settings.alert_repeat_h),
             console_url=settings.console_url,
@@ -157,6 +164,7 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         alerts=evaluator,
         runbooks=runbooks,
         serving_gauges=serving_gauges,
+        slos=slos,
     )
     if settings.scheduler if start_scheduler is None else start_scheduler:
         scheduler = LeaderScheduler(sessions, settings.lease_ttl_s)
@@ -166,8 +174,9 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         )
         scheduler.add_cluster_job(services.advance_rollouts, settings.rollout_tick_s, "rollout-controller")
         scheduler.add_cluster_job(evaluator.run, settings.alert_interval_s, "alert-evaluator")
+        delivery = functools.partial(deliver, targets=settings.receiver_targets)  # RECEIVER_ALLOW at every send
         scheduler.add_cluster_job(
-            lambda: deliver_due(sessions, backoff_s=settings.outbox_backoff_s),
+            lambda: deliver_due(sessions, backoff_s=settings.outbox_backoff_s, send=delivery),
             settings.outbox_interval_s,
             "alert-outbox",
         )

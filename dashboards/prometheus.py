@@ -1,4 +1,4 @@
-"""Prometheus alerting rules generated from Flightdeck's own alert rules (alerts/rules/*.yaml).
+"""Prometheus rules generated from Flightdeck's alert rules and SLOs (alerts/rules/*.yaml).
 
     python -m dashboards.prometheus            # write dashboards/prometheus/flightdeck-rules.yml
     python -m dashboards.prometheus --check    # exit 1 when the committed file is out of date
@@ -30,15 +30,16 @@ from pathlib import Path
 import yaml
 
 from alerts.rules import LIVE_METRICS, Condition, Rule, load_rules
+from alerts.slo import load_slos
+from dashboards import prometheus_slo
 from dashboards.generated import generate
+from dashboards.prometheus_slo import REQUEST_SECONDS, REQUESTS
 
 OUTPUT = Path(__file__).with_name("prometheus") / "flightdeck-rules.yml"
 RULES_DIR = Path(__file__).resolve().parents[1] / "alerts" / "rules"
 EXTERNAL_URL = "https://flightdeck.example.com"  # the console's public URL (FLIGHTDECK_PUBLIC_URL)
 MAX_QUEUE_SIZE = 128  # the engine's default max_queue_size: queue_fill is depth over this
 
-REQUESTS = "flightdeck_inference_requests_total"
-REQUEST_SECONDS = "flightdeck_inference_request_seconds"
 BATCH_SIZE = "flightdeck_inference_batch_size"
 TOKENS = "flightdeck_sequence_tokens_total"
 QUEUE_DEPTH = "flightdeck_queue_depth"
@@ -341,6 +342,7 @@ def _header(result: RuleFile, folder: Path, external_url: str, max_queue_size: i
         "Load it from prometheus.yml's rule_files; validate it with `promtool check rules`.",
         f"runbook_url points at {external_url.rstrip('/')} (--external-url); "
         f"queue_fill is queue depth over {max_queue_size} (--max-queue-size).",
+        "SLOs (their `slos:` lists) become a group each: burn rates recorded per window, then multi-window alerts.",
         "",
         "Skipped, with no Prometheus counterpart:",
         *([f"  - {s.rule} ({s.metric}): {s.reason}" for s in result.skipped] or ["  (none)"]),
@@ -361,6 +363,9 @@ def render(
     """The rule file as committed: load the rules (over the history's `metrics` and the live ones), translate."""
     rules = load_rules(folder, [*metrics, *LIVE_METRICS])
     result = translate(rules, external_url=external_url, max_queue_size=max_queue_size)
+    # The SLOs declared beside the rules: recorded burn rates and multi-window alerts, a group per SLO.
+    slo_groups, slo_notes = prometheus_slo.groups(load_slos(folder), lambda r, e: alerting_rule(r, e, external_url))
+    result = RuleFile([*result.groups, *slo_groups], result.skipped, [*result.notes, *slo_notes])
     body = yaml.safe_dump(result.document(), sort_keys=False, allow_unicode=True, width=10_000)
     return _header(result, folder, external_url, max_queue_size) + body
 

@@ -10,8 +10,10 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from alerts.rules import Rule
+from alerts.rules import Insufficient, Rule
+from alerts.slo import BurnRule
 from controlplane.history.query import DEVICE_METRICS, SLOT_METRICS, SlotAggregate
+from controlplane.history.slo import burn_observation
 from controlplane.models import AuditEvent, Deployment, DeviceSample, OutboxMessage, SlotSample
 from controlplane.rollout.service import active_rollout
 from controlplane.rollout.states import Slot
@@ -37,7 +39,7 @@ def _combine(values: list[float], aggregation: str) -> float | None:
     return sum(values) / len(values)
 
 
-def _slot_metric(session: Session, rule: Rule, now: datetime) -> dict[Key, float]:
+def _slot_metric(session: Session, rule: Rule, now: datetime) -> dict[Key, float | Insufficient]:
     c = rule.condition
     start = now - c.window
     rows = session.scalars(
@@ -49,17 +51,25 @@ def _slot_metric(session: Session, rule: Rule, now: datetime) -> dict[Key, float
         for row in rows:
             merged[_key({"model": row.model, "version": row.version, "slot": row.slot}, c.by)].add(row)
         seconds = c.window.total_seconds()
-        return {k: v for k, agg in merged.items() if (v := agg.value(c.metric, seconds)) is not None}
+        judged = {k: _judged(rule, agg.value(c.metric, seconds), agg.requests) for k, agg in merged.items()}
+        return {k: v for k, v in judged.items() if v is not None}
     points: dict[Key, dict[datetime, SlotAggregate]] = defaultdict(lambda: defaultdict(SlotAggregate))
     for row in rows:
         points[_key({"model": row.model, "version": row.version, "slot": row.slot}, c.by)][row.ts].add(row)
     result = {}
     for key, by_time in points.items():
         values = [v for _, agg in sorted(by_time.items()) if (v := agg.value(c.metric, 10.0)) is not None]
-        combined = _combine(values, c.aggregation)
+        combined = _judged(rule, _combine(values, c.aggregation), sum(agg.requests for agg in by_time.values()))
         if combined is not None:
             result[key] = combined
     return result
+
+
+def _judged(rule: Rule, value: float | None, requests: int) -> float | Insufficient | None:
+    """The value, unless the window saw fewer requests than the rule's `min_requests` to judge by."""
+    if requests < rule.condition.min_requests:
+        return rule.condition.too_little_traffic(requests)
+    return value
 
 
 def _device_metric(session: Session, rule: Rule, now: datetime) -> dict[Key, float]:
@@ -87,9 +97,11 @@ def _device_metric(session: Session, rule: Rule, now: datetime) -> dict[Key, flo
 
 def observe(
     session: Session, rule: Rule, now: datetime, *, engine_ready: Callable[[], bool], max_queue_size: int
-) -> dict[Key, float]:
-    """Return the value of a rule's metric for every label set it groups by."""
+) -> dict[Key, float | Insufficient]:
+    """Return the value of a rule's metric for every label set it groups by (`Insufficient`: too few requests)."""
     c = rule.condition
+    if isinstance(rule, BurnRule):  # generated from an SLO: burn rates over two windows
+        return burn_observation(session, rule, now)
     if c.metric in SLOT_METRICS:
         return _slot_metric(session, rule, now)
     if c.metric in DEVICE_METRICS or c.metric == "gpu_memory_fill":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from flask import Response
@@ -97,6 +98,8 @@ def model(name: str) -> Response:
     firing = firing_by_model(db).get(name, [])
     level, words = health(deployment, model_ready(name, deployment), firing)
     live = live_versions(deployment, live_figures(name))
+    services = current_services()
+    slos = services.history.slo_status([s for s in services.slos if s.model == name], datetime.now(UTC))
     return page(
         "console/model.html",
         name=name,
@@ -110,6 +113,7 @@ def model(name: str) -> Response:
         undeploy=undeploy_words(name, live, len(versions)) if deployment else None,
         first_deploy=first_deploy_words(name),
         alerts=firing,
+        slos=slos,
         refresh_s=MODEL_REFRESH_S,
         defaults=current_services().settings.rollout,
     )

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from alerts.slo import SLO
 from controlplane.history import query
+from controlplane.history.slo import slo_status
 from controlplane.models import AlertEvent, AlertRecord, Rollout, RolloutMeasurement
 
 
@@ -40,6 +43,11 @@ class HistoryService:
         """Return batch-size counts per model/version/slot over a range."""
         with self._sessions() as session:
             return query.batch_distribution(session, start, end, model)
+
+    def slo_status(self, slos: Iterable[SLO], now: datetime) -> list[dict]:
+        """Return each SLO's objective, good/total over its period, budget left and burn rate per window."""
+        with self._sessions() as session:
+            return [slo_status(session, slo, now) for slo in slos]
 
     def markers(self, start: datetime, end: datetime, model: str | None = None) -> list[dict]:
         """Return rollout starts, step verdicts and endings, and alert firings, to mark on time axes."""
