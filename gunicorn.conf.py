@@ -4,13 +4,17 @@ Workers are threaded (gthread): concurrent requests in one process are what the 
 batches. Each worker embeds its own engine; SIGTERM drains it before the worker exits.
 """
 
+import logging.config
 import os
 import shutil
 import signal
 import subprocess
 import sys
 
+from gunicorn.glogging import Logger
+
 from controlplane.config import load_settings
+from controlplane.logconfig import logging_config
 
 # NOTE: before anything is created: every file the master, the prepare child and the workers write
 # (database, archives, logs, secrets) is then private to this OS user, whatever the shell's umask.
@@ -37,6 +41,21 @@ loglevel = _settings.log_level.lower()
 proc_name = "flightdeck"
 
 
+class FlightdeckLogger(Logger):
+    """gunicorn's logger under Flightdeck's one logging configuration: its lines in the app's format.
+
+    NOTE: not `logconfig_dict`: with that set, gunicorn formats an access line for every request,
+    which the app's own request log already covers.
+    """
+
+    def setup(self, cfg):
+        super().setup(cfg)
+        logging.config.dictConfig(logging_config(_settings))  # after gunicorn's handlers, replacing them
+
+
+logger_class = FlightdeckLogger
+
+
 def on_starting(server):
     """Prepare once, before any worker: metrics directory wiped, then `python -m controlplane prepare`.
 
@@ -50,10 +69,12 @@ def on_starting(server):
 
 
 def when_ready(server):
-    print(
-        f"Flightdeck is running at http://{_settings.host}:{_settings.port}/  (Ctrl-C to stop)\n"
-        f"  the console asks for a login; the first admin's password is in {_settings.home / 'initial-admin-password'}",
-        flush=True,
+    server.log.info(
+        "Flightdeck is running at http://%s:%s/ (Ctrl-C to stop); the console asks for a login, "
+        "the first admin's password is in %s",
+        _settings.host,
+        _settings.port,
+        _settings.home / "initial-admin-password",
     )
 
 
@@ -68,6 +89,9 @@ def post_worker_init(worker):
             previous(signum, frame)
 
     signal.signal(signal.SIGTERM, drain_then_exit)
+    engine = services.engine
+    served = ", ".join(f"{v.spec.name} {v.spec.version} ({v.slot})" for v in engine.loaded()) or "nothing deployed"
+    worker.log.info("worker %s %s: %s", worker.pid, "ready" if engine.ready() else "started, not ready", served)
 
 
 def worker_exit(server, worker):

@@ -1,4 +1,8 @@
-"""The command line: `python -m controlplane COMMAND` for everything that needs no browser."""
+"""The command line: `flightdeck COMMAND` (the same program as `python -m controlplane COMMAND`).
+
+Every group shares one `CliContext` (settings, database, registry; see `controlplane.clicontext`),
+read commands take `--json`, and failures are one line with a documented exit status.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,26 @@ import os
 import sys
 import urllib.error
 import urllib.request
+from importlib.resources import files
+from pathlib import Path
 
 import click
 
+import controlplane
+from controlplane import __version__
 from controlplane.auth.cli import audit as audit_command
 from controlplane.auth.cli import tokens, users
+from controlplane.clicontext import (
+    EXIT_REFUSED,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    CliContext,
+    CliError,
+    FlightdeckGroup,
+    emit_json,
+    json_option,
+    pass_cli,
+)
 from controlplane.config import ConfigError, Settings, load_settings, mask_url, settings_table
 from controlplane.registry.cli import registry
 from controlplane.rollout.cli import rollout
@@ -21,113 +40,116 @@ def _settings() -> Settings:
     try:
         return load_settings()
     except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise CliError(str(exc), EXIT_USAGE) from None
 
 
-@click.group()
+@click.group(cls=FlightdeckGroup)
+@click.version_option(__version__, "--version", prog_name="flightdeck", message="%(prog)s %(version)s")
 def cli() -> None:
-    """Flightdeck: serve ONNX models and operate them."""
+    """Flightdeck: serve ONNX models and operate them.
+
+    Exit status: 0 done; 1 refused or failed; 2 bad usage or setting; 3 no database or server
+    unreachable; 4 a waited-for rollout did not succeed; 5 the wait timed out.
+    """
 
 
 @cli.command()
 @click.option("--host", help="Address to bind (FLIGHTDECK_HOST).")
 @click.option("--port", type=int, help="Port to bind (FLIGHTDECK_PORT).")
 @click.option("--workers", type=int, help="gunicorn workers (FLIGHTDECK_WORKERS).")
-def serve(host: str | None, port: int | None, workers: int | None) -> None:
+@pass_cli
+def serve(obj: CliContext, host: str | None, port: int | None, workers: int | None) -> None:
     """Migrate the database, build demo models if needed, and run gunicorn in the foreground."""
     for name, value in (("HOST", host), ("PORT", port), ("WORKERS", workers)):
         if value is not None:
             os.environ[f"FLIGHTDECK_{name}"] = str(value)
-    _settings()  # fail here, with a clear message, rather than inside gunicorn
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    os.chdir(root)
+    settings = obj.settings  # read after the flags: fail here, with a clear message, rather than inside gunicorn
+    # NOTE: a relative FLIGHTDECK_HOME means the caller's folder, for the master, `prepare` and every worker.
+    os.environ["FLIGHTDECK_HOME"] = str(settings.home.resolve())
+    config = files("controlplane") / "gunicorn.conf.py"  # package data: a checkout and site-packages alike
+    app_dir = Path(controlplane.__file__).resolve().parent.parent  # where wsgi.py lies beside controlplane/
     # NOTE: exec, so gunicorn's master gets signals (SIGTERM drains) directly.
-    os.execv(sys.executable, [sys.executable, "-m", "gunicorn", "-c", os.path.join(root, "gunicorn.conf.py")])
+    argv = [sys.executable, "-m", "gunicorn", "-c", str(config), "--pythonpath", str(app_dir)]
+    os.execv(sys.executable, argv)
 
 
 @cli.command()
-def prepare() -> None:
+@pass_cli
+def prepare(obj: CliContext) -> None:
     """Make the data directory ready: schema, first admin, an old model store and the demo models in the registry."""
+    import logging
+
     from controlplane.auth.bootstrap import ensure_initial_admin
-    from controlplane.db import make_engine, session_factory
-    from controlplane.migrate import upgrade
+    from controlplane.logconfig import configure_logging
     from controlplane.modelstore import prepare_home, prepare_store
 
-    settings = _settings()
+    settings = obj.settings
+    configure_logging(settings)  # run by gunicorn's master: its lines in the server's format (text or JSON)
     prepare_home(settings)
-    upgrade(settings.sqlalchemy_url)
-    engine = make_engine(settings.sqlalchemy_url)
-    sessions = session_factory(engine)
-    password = ensure_initial_admin(sessions, settings)
-    prepare_store(settings, sessions)
-    engine.dispose()
+    obj.migrate()
+    password = ensure_initial_admin(obj.sessions, settings)
+    prepare_store(settings, obj.sessions)
     if password:
         # NOTE: the file (mode 0600) holds the password; printing it would put it in captured logs.
-        click.echo(f"Created user 'admin'; its password is in {settings.home / 'initial-admin-password'}")
+        logging.getLogger("controlplane.prepare").info(
+            "created user 'admin'; its password is in %s", settings.home / "initial-admin-password"
+        )
 
 
-@cli.group()
+@cli.group(cls=FlightdeckGroup)
 def db() -> None:
     """Database schema (Alembic)."""
 
 
 @db.command("upgrade")
 @click.option("--revision", default="head", show_default=True)
-def db_upgrade(revision: str) -> None:
-    """Upgrade the database schema."""
-    from controlplane.migrate import upgrade
-
-    settings = _settings()
-    settings.home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    upgrade(settings.sqlalchemy_url, revision)
-    click.echo(f"database at {mask_url(settings.sqlalchemy_url)} is at {revision}")
+@pass_cli
+def db_upgrade(obj: CliContext, revision: str) -> None:
+    """Upgrade the database schema (creating the data directory and SQLite file if needed)."""
+    obj.migrate(revision)
+    click.echo(f"database at {mask_url(obj.settings.sqlalchemy_url)} is at {revision}")
 
 
 @cli.command("demo-models")
-def demo_models() -> None:
+@pass_cli
+def demo_models(obj: CliContext) -> None:
     """Push the demo models into the registry (versions already there are skipped); deploy with `rollout deploy`."""
     import shutil
     import tempfile
-    from pathlib import Path
 
-    from controlplane.db import make_engine, session_factory
+    from controlplane.auth.audit import audit_as
+    from controlplane.auth.cli import cli_actor
     from controlplane.modelstore import prepare_home
-    from controlplane.registry.service import Registry
-    from controlplane.rollout.cli import _audit
     from serving.demo_models import write_demo_models
 
-    settings = _settings()
-    prepare_home(settings)
-    engine = make_engine(settings.sqlalchemy_url)
-    scratch = Path(tempfile.mkdtemp(prefix="demo-", dir=settings.home / "tmp"))
+    prepare_home(obj.settings)
+    scratch = Path(tempfile.mkdtemp(prefix="demo-", dir=obj.settings.home / "tmp"))
     try:
         write_demo_models(scratch)
-        registry = Registry.for_settings(session_factory(engine), settings)
-        for row, created in registry.register_store(scratch, "cli:demo-models", audit=_audit):
+        pushed = obj.registry.register_store(scratch, f"cli:{cli_actor().name}", audit=audit_as(cli_actor()))
+        for row, created in pushed:
             click.echo(f"{row.name} {row.version} {'pushed' if created else 'already there'}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-        engine.dispose()
 
 
 @cli.command()
-def models() -> None:
+@json_option
+@pass_cli
+def models(obj: CliContext, as_json: bool) -> None:
     """List the models in the registry with their versions, and which version each deployment serves."""
     from sqlalchemy import select
 
-    from controlplane.db import make_engine, session_factory
     from controlplane.models import Deployment
-    from controlplane.registry.service import Registry
 
-    settings = _settings()
-    engine = make_engine(settings.sqlalchemy_url)
-    sessions = session_factory(engine)
     versions: dict[str, list[str]] = {}
-    for row in Registry.for_settings(sessions, settings).list():
+    for row in obj.registry.list():
         versions.setdefault(row.name, []).append(row.version)
-    with sessions() as session:
+    with obj.session() as session:
         served = {d.model: d.version_in(d.stable_slot) for d in session.scalars(select(Deployment))}
-    engine.dispose()
+    if as_json:
+        emit_json([{"name": name, "versions": found, "serves": served.get(name)} for name, found in versions.items()])
+        return
     for name, found in versions.items():
         state = f"serves {served[name]}" if name in served else "not deployed"
         click.echo(f"{name}: {', '.join(found)}  ({state})")
@@ -135,12 +157,16 @@ def models() -> None:
 
 @cli.command()
 @click.option("--markdown", is_flag=True, help="Print the README's table of settings instead.")
-def config(markdown: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object keyed by setting name (as in the TOML).")
+def config(markdown: bool, as_json: bool) -> None:
     """Print the effective settings (secrets hidden)."""
     if markdown:
         click.echo(settings_table())
         return
     settings = _settings()
+    if as_json:
+        click.echo(json.dumps(settings.public(), indent=2))  # typed values; secrets masked, as below
+        return
     for key, shown in settings.printable().items():  # secrets masked, database passwords too
         click.echo(f"FLIGHTDECK_{key.upper()}={shown}")
 
@@ -148,29 +174,30 @@ def config(markdown: bool) -> None:
 @cli.command()
 @click.option("--url", help="Server base URL (default: from FLIGHTDECK_HOST/PORT).")
 @click.option("--token", envvar="FLIGHTDECK_TOKEN", help="A viewer's API token (or FLIGHTDECK_TOKEN); reads need one.")
-def status(url: str | None, token: str | None) -> None:
-    """Show what a running server serves: readiness, models, slots, providers, weights."""
-    settings = _settings()
-    base = url or f"http://{settings.host}:{settings.port}"
+@json_option
+@pass_cli
+def status(obj: CliContext, url: str | None, token: str | None, as_json: bool) -> None:
+    """Show what a running server serves: readiness, models, slots, providers, weights (exit 1 if not ready)."""
+    base = url or f"http://{obj.settings.host}:{obj.settings.port}"
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         request = urllib.request.Request(f"{base}/api/engine", headers=headers)
         with urllib.request.urlopen(request, timeout=5) as response:
             data = json.load(response)
     except urllib.error.HTTPError as exc:
-        hint = (
-            " (set FLIGHTDECK_TOKEN to a viewer's token: python -m controlplane tokens create)"
-            if exc.code == 401
-            else ""
-        )
-        raise click.ClickException(f"{base} refused: HTTP {exc.code}{hint}") from None
+        hint = " (set FLIGHTDECK_TOKEN to a viewer's token: flightdeck tokens create)" if exc.code == 401 else ""
+        raise CliError(f"{base} refused: HTTP {exc.code}{hint}", EXIT_REFUSED) from None
     except (urllib.error.URLError, OSError) as exc:
-        raise click.ClickException(f"cannot reach {base}: {exc}") from None
-    click.echo(f"{base}  ready={data['ready']} draining={data['draining']}")
-    for model in data["models"]:
-        click.echo(f"  {model['name']}  ready={model['ready']}  weights={model['weights']}")
-        for slot, info in model["slots"].items():
-            click.echo(f"    {slot}: version {info['version']} on {info['provider']}, queue {info['queue_depth']}")
+        reason = getattr(exc, "reason", exc)
+        raise CliError(f"cannot reach {base}: {reason}; is `flightdeck serve` running?", EXIT_UNAVAILABLE) from None
+    if as_json:
+        emit_json(data)
+    else:
+        click.echo(f"{base}  ready={data['ready']} draining={data['draining']}")
+        for model in data["models"]:
+            click.echo(f"  {model['name']}  ready={model['ready']}  weights={model['weights']}")
+            for slot, info in model["slots"].items():
+                click.echo(f"    {slot}: version {info['version']} on {info['provider']}, queue {info['queue_depth']}")
     sys.exit(0 if data["ready"] else 1)
 
 
@@ -178,27 +205,28 @@ def status(url: str | None, token: str | None) -> None:
 @click.option("--since", default="-1h", show_default=True, help="Start: 'now', -15m, -6h, -7d or ISO 8601.")
 @click.option("--until", "until", default="now", show_default=True, help="End, in the same forms.")
 @click.option("--model", help="Only this model.")
-def history(since: str, until: str, model: str | None) -> None:
+@json_option
+@pass_cli
+def history(obj: CliContext, since: str, until: str, model: str | None, as_json: bool) -> None:
     """Print key figures per model/version/slot for a time range, from the stored history."""
     from datetime import UTC, datetime
 
-    from controlplane.db import make_engine, session_factory
     from controlplane.errors import ApiError
     from controlplane.history.query import summary
     from controlplane.timeparse import parse_time
 
-    settings = _settings()
     now = datetime.now(UTC)
     try:
         start, end = parse_time(since, "since", now), parse_time(until, "until", now)
     except ApiError as exc:
-        raise click.ClickException(exc.message) from None
+        raise click.BadParameter(exc.message) from None
     if start >= end:
-        raise click.ClickException("--since must be before --until")
-    engine = make_engine(settings.sqlalchemy_url)
-    with session_factory(engine)() as session:
+        raise click.BadParameter("--since must be before --until")
+    with obj.session() as session:
         rows = summary(session, start, end, model)
-    engine.dispose()
+    if as_json:
+        emit_json({"since": start.isoformat(), "until": end.isoformat(), "rows": rows})
+        return
     click.echo(f"{start:%Y-%m-%d %H:%M:%S} .. {end:%Y-%m-%d %H:%M:%S} UTC")
     if not rows:
         click.echo("no history in this range")

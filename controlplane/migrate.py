@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from importlib.resources import files
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 
-MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+# NOTE: the top-level `migrations` package ships in the wheel, so this is a real folder in a checkout
+# and in site-packages alike (Alembic needs a folder, not a zip).
+MIGRATIONS = Path(str(files("migrations")))
 
 
 def alembic_config(url: str) -> Config:

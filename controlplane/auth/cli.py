@@ -8,31 +8,20 @@ from __future__ import annotations
 import getpass
 import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 
 import click
-from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm import Session
 
 from controlplane.auth import tokens as token_service
 from controlplane.auth import users as user_service
 from controlplane.auth.audit import MAX_LIMIT, audited, list_events
 from controlplane.auth.passwords import generate_password
 from controlplane.auth.roles import Actor, Role
-from controlplane.config import ConfigError, Settings, load_settings
+from controlplane.clicontext import CliContext, FlightdeckGroup, emit_json, json_option, pass_cli
 from controlplane.errors import ApiError
-from controlplane.models import ApiToken
+from controlplane.models import ApiToken, AuditEvent
 
 ROLES = click.Choice([r.value for r in Role])
-
-
-def _settings() -> Settings:
-    try:
-        return load_settings()
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
 
 
 def cli_actor() -> Actor:
@@ -44,29 +33,10 @@ def cli_actor() -> Actor:
     return Actor(name=name, role=Role.ADMIN, kind="cli")
 
 
-@contextmanager
-def _database(migrate: bool = False) -> Iterator[Session]:
-    """Open a session on the configured database; `migrate` first brings the schema to head."""
-    from controlplane.db import make_engine, session_factory
-
-    settings = _settings()
-    if migrate:
-        from controlplane.migrate import upgrade
-
-        settings.home.mkdir(parents=True, exist_ok=True)
-        upgrade(settings.sqlalchemy_url)
-    engine = make_engine(settings.sqlalchemy_url)
-    try:
-        with session_factory(engine)() as session:
-            yield session
-    except ApiError as exc:
-        raise click.ClickException(exc.message) from None
-    except OperationalError as exc:
-        raise click.ClickException(
-            f"database error ({exc.orig}); is the schema there? run `python -m controlplane db upgrade`"
-        ) from None
-    finally:
-        engine.dispose()
+def event_json(event: AuditEvent) -> dict[str, object]:
+    """Describe one audit event for `--json`."""
+    names = ("ts", "actor", "actor_kind", "action", "target", "outcome", "address", "detail")
+    return {name: getattr(event, name) for name in names}
 
 
 def _read_password(password_stdin: bool) -> str:
@@ -75,12 +45,12 @@ def _read_password(password_stdin: bool) -> str:
     return click.prompt("Password", hide_input=True, confirmation_prompt=True)
 
 
-@click.group("auth")
+@click.group("auth", cls=FlightdeckGroup)
 def auth_cli() -> None:
     """Users, API tokens and the audit trail."""
 
 
-@auth_cli.group()
+@auth_cli.group(cls=FlightdeckGroup)
 def users() -> None:
     """User accounts."""
 
@@ -90,12 +60,14 @@ def users() -> None:
 @click.option("--role", type=ROLES, default=Role.VIEWER.value, show_default=True)
 @click.option("--password-stdin", is_flag=True, help="Read the password from the first line of stdin.")
 @click.option("--generate", is_flag=True, help="Generate a random password and print it once.")
-def users_create(name: str, role: str, password_stdin: bool, generate: bool) -> None:
+@pass_cli
+def users_create(obj: CliContext, name: str, role: str, password_stdin: bool, generate: bool) -> None:
     """Create a user (the database is migrated first, so this works before the first start)."""
     if password_stdin and generate:
         raise click.UsageError("--password-stdin and --generate exclude each other")
     password = generate_password() if generate else _read_password(password_stdin)
-    with _database(migrate=True) as session, audited(session, cli_actor(), "user.create", name) as event:
+    obj.migrate()
+    with obj.session() as session, audited(session, cli_actor(), "user.create", name) as event:
         event.detail["role"] = role
         user_service.create_user(session, name, password, Role(role), datetime.now(UTC))
     click.echo(f"created user {name} ({role})")
@@ -109,10 +81,13 @@ def users_create(name: str, role: str, password_stdin: bool, generate: bool) -> 
 @click.option("--disable/--enable", "disabled", default=None, help="Refuse or allow the user's logins and tokens.")
 @click.option("--password", "new_password", is_flag=True, help="Set a new password (prompted).")
 @click.option("--password-stdin", is_flag=True, help="Set a new password read from the first line of stdin.")
-def users_update(name: str, role: str | None, disabled: bool | None, new_password: bool, password_stdin: bool) -> None:
+@pass_cli
+def users_update(
+    obj: CliContext, name: str, role: str | None, disabled: bool | None, new_password: bool, password_stdin: bool
+) -> None:
     """Change a user's role, disable or enable them, or reset their password."""
     password = _read_password(password_stdin) if new_password or password_stdin else None
-    with _database() as session, audited(session, cli_actor(), "user.update", name) as event:
+    with obj.session() as session, audited(session, cli_actor(), "user.update", name) as event:
         user = user_service.get_user(session, name)
         if user is None:
             raise ApiError(f"no user named {name!r}")
@@ -125,16 +100,21 @@ def users_update(name: str, role: str | None, disabled: bool | None, new_passwor
 
 
 @users.command("list")
-def users_list() -> None:
+@json_option
+@pass_cli
+def users_list(obj: CliContext, as_json: bool) -> None:
     """List the users."""
-    with _database() as session:
+    with obj.session() as session:
         rows = user_service.list_users(session)
+    if as_json:
+        emit_json([{"name": u.name, "role": u.role, "disabled": u.disabled, "created_at": u.created_at} for u in rows])
+        return
     for user in rows:
         state = "disabled" if user.disabled else "enabled"
         click.echo(f"{user.name:<24} {user.role:<9} {state:<9} created {user.created_at:%Y-%m-%d %H:%M}")
 
 
-@auth_cli.group()
+@auth_cli.group(cls=FlightdeckGroup)
 def tokens() -> None:
     """API tokens for scripts and runbooks."""
 
@@ -144,9 +124,10 @@ def tokens() -> None:
 @click.option("--name", required=True, help="What the token is for, e.g. deploy-bot.")
 @click.option("--role", type=ROLES, help="Role (default: the user's; never above it).")
 @click.option("--ttl-s", type=click.IntRange(min=1), help="Seconds until it expires (default: never).")
-def tokens_create(user_name: str, name: str, role: str | None, ttl_s: int | None) -> None:
+@pass_cli
+def tokens_create(obj: CliContext, user_name: str, name: str, role: str | None, ttl_s: int | None) -> None:
     """Create a token and print its secret (shown this once only)."""
-    with _database() as session, audited(session, cli_actor(), "token.create", user_name) as event:
+    with obj.session() as session, audited(session, cli_actor(), "token.create", user_name) as event:
         user = user_service.get_user(session, user_name)
         if user is None:
             raise ApiError(f"no user named {user_name!r}")
@@ -160,9 +141,10 @@ def tokens_create(user_name: str, name: str, role: str | None, ttl_s: int | None
 
 @tokens.command("revoke")
 @click.argument("token_id", type=int)
-def tokens_revoke(token_id: int) -> None:
+@pass_cli
+def tokens_revoke(obj: CliContext, token_id: int) -> None:
     """Revoke a token by its id."""
-    with _database() as session, audited(session, cli_actor(), "token.revoke", str(token_id)) as event:
+    with obj.session() as session, audited(session, cli_actor(), "token.revoke", str(token_id)) as event:
         token = session.get(ApiToken, token_id)
         if token is None:
             raise ApiError(f"no token {token_id}")
@@ -173,10 +155,12 @@ def tokens_revoke(token_id: int) -> None:
 
 @tokens.command("list")
 @click.option("--user", "user_name", help="Only this user's tokens.")
-def tokens_list(user_name: str | None) -> None:
+@json_option
+@pass_cli
+def tokens_list(obj: CliContext, user_name: str | None, as_json: bool) -> None:
     """List tokens (never their secrets)."""
     now = datetime.now(UTC)
-    with _database() as session:
+    with obj.session() as session:
         user_id = None
         if user_name:
             user = user_service.get_user(session, user_name)
@@ -184,6 +168,9 @@ def tokens_list(user_name: str | None) -> None:
                 raise ApiError(f"no user named {user_name!r}")
             user_id = user.id
         rows = [token_service.token_to_dict(t, owner, now) for t, owner in token_service.list_tokens(session, user_id)]
+    if as_json:
+        emit_json(rows)
+        return
     for t in rows:
         state = "active" if t["active"] else ("revoked" if t["revoked_at"] else "expired")
         click.echo(f"{t['id']:>5} {t['prefix']}…  {t['user']:<16} {t['name']:<20} {t['role']:<9} {state}")
@@ -194,16 +181,21 @@ def tokens_list(user_name: str | None) -> None:
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, MAX_LIMIT))
 @click.option("--actor", help="Only this actor.")
 @click.option("--action", help="Only this action (a trailing * matches a prefix, e.g. 'token.*').")
-def audit(since: str, limit: int, actor: str | None, action: str | None) -> None:
+@json_option
+@pass_cli
+def audit(obj: CliContext, since: str, limit: int, actor: str | None, action: str | None, as_json: bool) -> None:
     """Print audit events, newest first."""
     from controlplane.timeparse import parse_time
 
     try:
         start = parse_time(since, "since", datetime.now(UTC))
     except ApiError as exc:
-        raise click.ClickException(exc.message) from None
-    with _database() as session:
+        raise click.BadParameter(exc.message, param_hint="--since") from None
+    with obj.session() as session:
         events = list_events(session, since=start, actor=actor, action=action, limit=limit)
+    if as_json:
+        emit_json([event_json(e) for e in events])
+        return
     if not events:
         click.echo("no audit events in this range")
     for e in events:

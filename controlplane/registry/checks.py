@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -45,6 +45,16 @@ _BATCHING_KEYS = {
     "default_timeout_ms",
     "instances",
 }
+# What a push or a build is doing, for a progress bar: (stage, done, total), e.g. ("checks", 2, 4);
+# stages are "hashing" (bytes), "unpacking", "checks" (of CHECKS) and "golden" (samples run).
+Progress = Callable[[str, int, int], None]
+CHECKS = 4  # the ONNX checker, loading in ONNX Runtime, the signature, the declared warm-up
+
+
+def no_progress(stage: str, done: int, total: int) -> None:
+    """Report nothing (the default for callers without a progress bar)."""
+
+
 MAX_WARMUP_SAMPLES = 8
 MAX_WARMUP_COUNT = 16
 MAX_WARMUP_VALUES = 2**24  # per tensor: a warm-up input is built in memory at every load
@@ -335,10 +345,11 @@ def _check_location(folder: Path, tensor: str, location: str) -> None:
         raise InvalidArchive(f"model.onnx: tensor '{tensor}' names external data {location!r}, which the archive lacks")
 
 
-def check_model(folder: Path, manifest: dict[str, Any]) -> bool | None:
+def check_model(folder: Path, manifest: dict[str, Any], progress: Progress = no_progress) -> bool | None:
     """Check the model in an unpacked archive against its manifest; return whether golden samples ran and passed.
 
-    Returns None when the manifest has no golden samples; any failure raises InvalidArchive.
+    Returns None when the manifest has no golden samples; any failure raises InvalidArchive. `progress`
+    hears of each check passed and each golden sample run.
     """
     path = folder / MODEL_FILE
     try:
@@ -352,10 +363,12 @@ def check_model(folder: Path, manifest: dict[str, Any]) -> bool | None:
         onnx.checker.check_model(str(path))  # by path, so external data is checked too
     except Exception as exc:  # onnx raises ValidationError, or protobuf errors for garbage
         raise InvalidArchive(f"model.onnx fails the ONNX checker: {_reason(exc, folder)}") from None
+    progress("checks", 1, CHECKS)
     try:
         session = load_session(path, RuntimeSettings(device="cpu"))
     except Exception as exc:  # ONNX Runtime raises its own exception types
         raise InvalidArchive(f"ONNX Runtime cannot load model.onnx: {_reason(exc, folder)}") from None
+    progress("checks", 2, CHECKS)
     spec = ModelSpec.from_manifest(manifest)
     try:
         check_spec_matches(spec, session.session)
@@ -369,14 +382,25 @@ def check_model(folder: Path, manifest: dict[str, Any]) -> bool | None:
                     f"manifest.json does not match the graph: input '{t.name}' axis {axis} is declared dynamic "
                     f"but the graph fixes it to {actual}"
                 )
+    progress("checks", 3, CHECKS)
     try:
         for sample in declared_warmup(spec):
             session.run(sample)
     except Exception as exc:  # ONNX Runtime raises its own exception types
         raise InvalidArchive(f"a declared warm-up sample fails to run: {_reason(exc, folder)}") from None
+    progress("checks", CHECKS, CHECKS)
     if not manifest.get("golden"):
         return None
-    failures = check_golden(manifest, session.run)
+    total, ran = len(manifest["golden"]), [0]
+
+    def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            return session.run(inputs)
+        finally:
+            ran[0] += 1
+            progress("golden", ran[0], total)
+
+    failures = check_golden(manifest, run)
     if failures:
         more = f" (and {len(failures) - 3} more)" if len(failures) > 3 else ""
         raise InvalidArchive(f"golden samples do not match the model: {'; '.join(failures[:3])}{more}")

@@ -1,52 +1,67 @@
-"""The registry's command line: `python -m controlplane registry build|push|list|show|delete`.
+"""The registry's command line: `flightdeck registry build|push|list|show|delete`.
 
 Pushes and deletes go through the registry service straight to the database, audited as the OS user.
+`build` and `push` show their progress on stderr (bytes hashed, checks done, golden samples run).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 from sqlalchemy.orm import Session
 
-from controlplane.config import ConfigError, Settings, load_settings
+from controlplane.clicontext import CliContext, CliError, FlightdeckGroup, emit_json, json_option, pass_cli
 from controlplane.errors import ApiError
 
 if TYPE_CHECKING:
     from controlplane.registry.archive import ArchiveLimits
-    from controlplane.registry.service import Registry
 
 # NOTE: ONNX, ONNX Runtime and the ORM are imported inside the commands, so that adding this group
-# to `python -m controlplane` costs the other commands nothing at start-up.
+# to `flightdeck` costs the other commands nothing at start-up.
+
+_LABELS = {"hashing": "hashing", "unpacking": "unpacking", "checks": "checks", "golden": "golden samples"}
+_WIDTH = 24
 
 
-def _settings() -> Settings:
-    try:
-        return load_settings()
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
+class StageBar:
+    """Show the registry's progress on stderr: a redrawn bar per stage on a terminal, a line per finished stage else."""
 
+    def __init__(self) -> None:
+        self._tty = sys.stderr.isatty()
+        self._open: str | None = None  # the stage whose bar is drawn and not yet ended
 
-@contextmanager
-def _registry() -> Iterator[Registry]:
-    from controlplane.db import make_engine, session_factory
-    from controlplane.registry.service import Registry
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        """Report `done` of `total` for `stage` (total 0: unknown)."""
+        finished = total > 0 and done >= total
+        line = self._line(stage, done, total)
+        if self._tty:
+            if self._open not in (None, stage):
+                click.echo(err=True)
+            click.echo(f"\r{line}", nl=finished, err=True)
+            self._open = None if finished else stage
+        elif finished:
+            click.echo(line, err=True)
 
-    settings = _settings()
-    engine = make_engine(settings.sqlalchemy_url)
-    try:
-        yield Registry.for_settings(session_factory(engine), settings)
-    except ApiError as exc:
-        raise click.ClickException(exc.message) from None
-    finally:
-        engine.dispose()
+    def close(self) -> None:
+        """End a bar left open (a stage that failed half-way)."""
+        if self._open is not None:
+            click.echo(err=True)
+            self._open = None
+
+    @staticmethod
+    def _line(stage: str, done: int, total: int) -> str:
+        filled = _WIDTH * min(done, total) // total if total else 0
+        if stage == "hashing":
+            amount = f"{done / 1e6:.1f}/{total / 1e6:.1f} MB" if total else f"{done / 1e6:.1f} MB"
+        else:
+            amount = f"{done}/{total}"
+        return f"{_LABELS.get(stage, stage):<15} [{'#' * filled}{'.' * (_WIDTH - filled)}] {amount}"
 
 
 def _cli_audit(session: Session, action: str, target: str, outcome: str, detail: dict[str, Any]) -> None:
@@ -96,7 +111,7 @@ def _warmup_input(value: str) -> tuple[str, dict[str, Any]]:
     return parts[0], entry
 
 
-@click.group()
+@click.group(cls=FlightdeckGroup)
 def registry() -> None:
     """Model registry: build, push, list, show and delete model versions."""
 
@@ -135,7 +150,9 @@ def registry() -> None:
 )
 @click.option("--golden", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="JSON list of samples.")
 @click.option("--description", default="", help="One line about this version.")
+@pass_cli
 def build(
+    obj: CliContext,
     onnx_file: Path,
     out: Path,
     name: str,
@@ -186,24 +203,28 @@ def build(
             warmup=warmup,
         )
     except (ValueError, OSError) as exc:
-        raise click.ClickException(f"cannot build the archive: {exc}") from None
-    settings = _settings()
+        raise CliError(f"cannot build the archive: {exc}") from None
+    bar = StageBar()
     try:
-        _check(out, ArchiveLimits.from_settings(settings))
+        _check(out, ArchiveLimits.from_settings(obj.settings), bar)
     except ApiError as exc:
         out.unlink(missing_ok=True)
-        raise click.ClickException(f"the archive would be refused: {exc.message}") from None
+        raise CliError(f"the archive would be refused: {exc.message}") from None
+    finally:
+        bar.close()
     click.echo(f"{out}  sha256 {digest}")
 
 
-def _check(archive: Path, limits: ArchiveLimits) -> None:
+def _check(archive: Path, limits: ArchiveLimits, bar: StageBar) -> None:
     from controlplane.registry.archive import extract_archive
     from controlplane.registry.checks import check_model, read_manifest
 
     work = Path(tempfile.mkdtemp(prefix="registry-build-"))
     try:
+        bar("unpacking", 0, 1)
         folder = extract_archive(archive, work, limits)
-        check_model(folder, read_manifest(folder))
+        bar("unpacking", 1, 1)
+        check_model(folder, read_manifest(folder), bar)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -211,20 +232,30 @@ def _check(archive: Path, limits: ArchiveLimits) -> None:
 @registry.command()
 @click.argument("archive", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--sha256", help="Refuse the push unless the archive has this SHA-256.")
-def push(archive: Path, sha256: str | None) -> None:
+@pass_cli
+def push(obj: CliContext, archive: Path, sha256: str | None) -> None:
     """Validate and store an archive in the registry."""
-    with _registry() as reg:
-        row, created = reg.push(archive, _pusher(), sha256, audit=_cli_audit)
+    bar = StageBar()
+    try:
+        row, created = obj.registry.push(archive, _pusher(), sha256, audit=_cli_audit, progress=bar)
+    finally:
+        bar.close()
     state = "pushed" if created else "already there (same archive)"
     click.echo(f"{row.name} {row.version} {state}  sha256 {row.sha256}")
 
 
 @registry.command("list")
 @click.argument("name", required=False)
-def list_versions(name: str | None) -> None:
+@json_option
+@pass_cli
+def list_versions(obj: CliContext, name: str | None, as_json: bool) -> None:
     """List versions, of one model or all."""
-    with _registry() as reg:
-        rows = reg.list(name)
+    from controlplane.registry.service import version_dict
+
+    rows = obj.registry.list(name)
+    if as_json:
+        emit_json([version_dict(row) for row in rows])
+        return
     if not rows:
         click.echo("the registry is empty" if name is None else f"model '{name}' has no versions")
         return
@@ -236,23 +267,23 @@ def list_versions(name: str | None) -> None:
 @registry.command()
 @click.argument("name")
 @click.argument("version")
-def show(name: str, version: str) -> None:
-    """Show one version as JSON, manifest included."""
+@pass_cli
+def show(obj: CliContext, name: str, version: str) -> None:
+    """Show one version as JSON, manifest included (always JSON: it is one document)."""
     from controlplane.registry.service import version_dict
 
-    with _registry() as reg:
-        row = reg.get(name, version)
-    click.echo(json.dumps(version_dict(row, manifest=True), indent=2))
+    emit_json(version_dict(obj.registry.get(name, version), manifest=True))
 
 
 @registry.command()
 @click.argument("name")
 @click.argument("version")
 @click.confirmation_option(prompt="Delete this version and its files?")
-def delete(name: str, version: str) -> None:
+@pass_cli
+def delete(obj: CliContext, name: str, version: str) -> None:
     """Delete a version and its files (refused while it is deployed)."""
     from controlplane.rollout.service import deployed_check
 
-    with _registry() as reg:
-        reg.delete(name, version, _pusher(), deployed=deployed_check(reg.sessions), audit=_cli_audit)
+    reg = obj.registry
+    reg.delete(name, version, _pusher(), deployed=deployed_check(reg.sessions), audit=_cli_audit)
     click.echo(f"deleted {name} {version}")

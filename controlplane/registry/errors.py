@@ -29,3 +29,10 @@ class HashMismatch(InvalidArchive):
     """The archive's SHA-256 is not the one the pusher said it would be."""
 
     code = "sha256_mismatch"
+
+
+class StorageUnavailable(RegistryError):
+    """The object store holding versions' files failed, or lacks or altered a version's archive."""
+
+    status = 502
+    code = "storage_unavailable"

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import threading
+from importlib.resources import files
 from pathlib import Path
 
 from controlplane.errors import ApiError, NotFound
@@ -28,6 +29,11 @@ class InvalidRunbook(ApiError):
 
     status = 500
     code = "invalid_runbook"
+
+
+def runbook_directory() -> Path:
+    """Return the folder of the shipped runbook scripts (the top-level `runbooks` package, installed or not)."""
+    return Path(str(files("runbooks")))
 
 
 def script_env(extra: dict[str, str] | None = None) -> dict[str, str]:

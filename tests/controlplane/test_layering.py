@@ -30,7 +30,8 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+# NOTE: gunicorn.conf.py (a link to the top-level file, shipped as package data) is a config file, not a module.
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py")) if path.stem.isidentifier()}
 
 
 def is_view(name: str) -> bool:

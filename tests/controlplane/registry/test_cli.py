@@ -119,3 +119,39 @@ def test_build_refuses_what_a_push_would_refuse(cli_env: Path, tmp_path: Path) -
         ["build", str(onnx_path), str(archive), "--name", "adder", "--version", "1", "--sequence-input", "ids:1:0"],
     )
     assert not_an_input.exit_code == 1 and "are not graph inputs" in not_an_input.output
+
+
+def test_build_and_push_report_progress_on_stderr(cli_env: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    onnx_path, golden = tmp_path / "add.onnx", tmp_path / "golden.json"
+    onnx_path.write_bytes(add_model().SerializeToString())
+    golden.write_text(json.dumps(add_manifest()["golden"] * 3))
+    archive = tmp_path / "adder-1.tar.gz"
+    args = ["build", str(onnx_path), str(archive), "--name", "adder", "--version", "1", "--golden", str(golden)]
+    built = runner.invoke(registry, args)
+    assert built.exit_code == 0, built.output
+    assert built.stdout.split()[-1] == hashlib.sha256(archive.read_bytes()).hexdigest()  # stdout stays one line
+    full = "[" + "#" * 24 + "]"
+    assert built.stderr.splitlines() == [
+        f"unpacking       {full} 1/1",
+        f"checks          {full} 4/4",
+        f"golden samples  {full} 3/3",
+    ]
+    pushed = runner.invoke(registry, ["push", str(archive)])
+    assert pushed.exit_code == 0, pushed.output
+    size_mb = archive.stat().st_size / 1e6
+    assert pushed.stderr.splitlines() == [
+        f"hashing         {full} {size_mb:.1f}/{size_mb:.1f} MB",
+        f"unpacking       {full} 1/1",
+        f"checks          {full} 4/4",
+        f"golden samples  {full} 3/3",
+    ]
+    assert pushed.stdout.startswith("adder 1 pushed")
+
+
+def test_a_refused_push_ends_its_progress_and_says_why(cli_env: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.tar.gz"
+    broken.write_bytes(b"not a gzip archive at all")
+    refused = CliRunner().invoke(registry, ["push", str(broken)])
+    assert refused.exit_code == 1 and "Traceback" not in refused.output
+    assert refused.stderr.splitlines()[-1].startswith("Error: archive is corrupt or truncated")

@@ -1,0 +1,1 @@
+../gunicorn.conf.py

@@ -1,0 +1,1 @@
+"""Alembic's migration scripts, shipped with the package; `controlplane.migrate` points Alembic here."""
