@@ -1,9 +1,8 @@
 """The alert lifecycle as a pure function: observations in, state changes and notifications out.
 
 inactive -> pending (condition holds) -> firing (held for the rule's `for`) -> resolved (no longer
-holds). A firing alert is notified once, then again every repeat interval unless acknowledged;
-silences and inhibition (a firing P0 on a model mutes its P1/P2) suppress notifications, never
-state, so the timeline stays complete.
+holds). Silences and inhibition (a firing P0 on a model mutes its P1/P2) mute notifications, never
+state, so the timeline stays complete; when and to whom notifications go is `alerts.dispatch`.
 """
 
 from __future__ import annotations
@@ -12,9 +11,9 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from alerts.rules import Rule
+from alerts.rules import Insufficient, Rule
 from alerts.states import AlertState, Severity
 
 Labels = dict[str, str]
@@ -41,6 +40,7 @@ class Tracked:
     resolved_at: datetime | None = None
     last_notified_at: datetime | None = None
     acknowledged_by: str | None = None
+    reason: str = ""  # why the condition does not hold now (back within it, no data, too little traffic)
 
 
 @dataclass(frozen=True)
@@ -70,21 +70,24 @@ class Silence:
 
 @dataclass
 class Decision:
-    """One evaluation's result: the new states, and what to tell people."""
+    """One evaluation's result: the new states, which firing alerts are muted and why, what changed."""
 
     tracked: dict[str, Tracked] = field(default_factory=dict)
-    notify: list[tuple[Tracked, str]] = field(default_factory=list)  # (alert, 'firing' | 'resolved')
-    suppressed: list[tuple[Tracked, str]] = field(default_factory=list)  # (alert, why)
+    muted: dict[str, str] = field(default_factory=dict)  # fingerprint -> why its notifications are suppressed
     changed: list[Tracked] = field(default_factory=list)  # state changes, for the timeline
 
 
 def evaluate(
     rule: Rule,
-    observations: dict[tuple[tuple[str, str], ...], float],
+    observations: dict[tuple[tuple[str, str], ...], float | Insufficient],
     previous: dict[str, Tracked],
     now: datetime,
 ) -> list[Tracked]:
-    """Advance one rule's alerts: one per observed label set, plus any still tracked but unobserved."""
+    """Advance one rule's alerts: one per observed label set, plus any still tracked but unobserved.
+
+    An `Insufficient` observation (too few requests to judge) never holds; neither does a label set
+    no longer observed at all. Either way the alert's value is None and its `reason` says why.
+    """
     result = []
     seen = set()
     for key, value in observations.items():
@@ -92,68 +95,47 @@ def evaluate(
         fp = fingerprint(rule.name, labels)
         seen.add(fp)
         old = previous.get(fp) or Tracked(fp, rule.name, rule.severity, labels, AlertState.INACTIVE)
-        result.append(_advance(old, rule, rule.condition.holds(value), value, now))
+        result.append(_advance(old, rule, value, now))
     for fp, old in previous.items():
         if old.rule == rule.name and fp not in seen:  # no data any more: treat as not holding
-            result.append(_advance(old, rule, False, None, now))
+            result.append(_advance(old, rule, None, now))
     return result
 
 
-def _advance(old: Tracked, rule: Rule, holds: bool, value: float | None, now: datetime) -> Tracked:
+def _advance(old: Tracked, rule: Rule, seen: float | Insufficient | None, now: datetime) -> Tracked:
     state = old.state
-    if holds:
+    value = None if seen is None or isinstance(seen, Insufficient) else float(seen)
+    if value is not None and rule.condition.holds(value):
         if state in (AlertState.INACTIVE, AlertState.RESOLVED):
             old = replace(old, state=AlertState.PENDING, pending_since=now, resolved_at=None, acknowledged_by=None)
         if old.state is AlertState.PENDING and now - old.pending_since >= rule.for_:
             old = replace(old, state=AlertState.FIRING, firing_since=now, last_notified_at=None)
-        return replace(old, value=value)
+        return replace(old, value=value, reason="")
+    if isinstance(seen, Insufficient):
+        reason = seen.reason
+    else:
+        reason = rule.no_data() if value is None else rule.recovered(value)
     if state is AlertState.FIRING:
-        # NOTE: a series that vanished (no traffic any more) keeps its last value for the message.
-        return replace(old, state=AlertState.RESOLVED, resolved_at=now, value=old.value if value is None else value)
+        # NOTE: the value now (None without data) and why, never the last firing value: a RESOLVED
+        # message must not say "50% of requests fail" when it resolved because traffic stopped.
+        return replace(old, state=AlertState.RESOLVED, resolved_at=now, value=value, reason=reason)
     if state is AlertState.PENDING:
-        return replace(old, state=AlertState.INACTIVE, pending_since=None, value=value)
-    return replace(old, value=value) if value is not None else old
+        return replace(old, state=AlertState.INACTIVE, pending_since=None, value=value, reason=reason)
+    return replace(old, value=value, reason=reason)
 
 
-def decide(
-    alerts: list[Tracked],
-    before: dict[str, Tracked],
-    silences: list[Silence],
-    now: datetime,
-    repeat_interval: timedelta,
-) -> Decision:
-    """Choose notifications for advanced alerts: new firings, repeats due, resolutions; apply mutes."""
+def decide(alerts: list[Tracked], before: dict[str, Tracked], silences: list[Silence], now: datetime) -> Decision:
+    """Record state changes and mute firing alerts that a silence or a firing P0 on their model covers."""
     decision = Decision(tracked={a.fingerprint: a for a in alerts})
     p0_models = {a.labels.get("model") for a in alerts if a.state is AlertState.FIRING and a.severity is Severity.P0}
     for alert in alerts:
         old = before.get(alert.fingerprint)
         if old is None or old.state is not alert.state:
             decision.changed.append(alert)
-        kind = None
-        if alert.state is AlertState.FIRING:
-            due = alert.last_notified_at is None or (
-                alert.acknowledged_by is None and now - alert.last_notified_at >= repeat_interval
-            )
-            kind = "firing" if due else None
-        elif alert.state is AlertState.RESOLVED and old is not None and old.state is AlertState.FIRING:
-            kind = "resolved"
-        if kind is None:
+        if alert.state is not AlertState.FIRING:
             continue
-        why = None
         if any(s.mutes(alert.labels, now) for s in silences):
-            why = "silenced"
+            decision.muted[alert.fingerprint] = "silenced"
         elif alert.severity is not Severity.P0 and alert.labels.get("model") in p0_models - {None}:
-            why = "inhibited by a firing P0 on the same model"
-        if why and kind == "firing":
-            decision.suppressed.append((alert, why))
-            continue
-        if kind == "firing":
-            alert = replace(alert, last_notified_at=now)
-            decision.tracked[alert.fingerprint] = alert
-        decision.notify.append((alert, kind))
+            decision.muted[alert.fingerprint] = "inhibited by a firing P0 on the same model"
     return decision
-
-
-def group_key(alert: Tracked, by: tuple[str, ...] = ("alertname", "model")) -> str:
-    """Alerts with equal values of `by` go out in one notification."""
-    return "{" + ",".join(f'{k}="{alert.labels.get(k, "")}"' for k in by) + "}"

@@ -3,6 +3,8 @@
 Under gunicorn with several workers, PROMETHEUS_MULTIPROC_DIR is set before this module is
 imported (gunicorn.conf.py), so every value lives in a shared mmap file and /metrics aggregates
 them with the multiprocess collector; every gauge declares how to merge across processes.
+With several nodes, `render` adds a `node` label (FLIGHTDECK_NODE, the host name by default) to
+every sample, so series from different nodes never collide and dashboards can group by node.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from serving.batching import RequestOutcome
 from serving.errors import ModelNotFound
@@ -99,6 +103,18 @@ GPU_MEMORY_TOTAL = Gauge(
     ("gpu",),
     multiprocess_mode="mostrecent",
 )
+NOTIFICATION_ATTEMPTS = Counter(
+    "flightdeck_notification_attempts_total",
+    "Alert notification delivery attempts by outcome: delivered, retry (failed, will be tried again), failed "
+    "(given up). Every attempt counts, so a message tried 8 times before it went through counts 7 retries.",
+    ("receiver", "kind", "outcome"),
+)
+NOTIFICATIONS = Counter(
+    "flightdeck_notifications_total",
+    "Alert notification messages by how they ended: sent, failed (given up), superseded (a newer message for "
+    "the same receiver and group replaced it before it went out).",
+    ("receiver", "outcome"),
+)
 
 
 class SlotMetrics:
@@ -163,14 +179,29 @@ class _SettledFilesCollector:
         return multiprocess.MultiProcessCollector.merge(files, accumulate=True)
 
 
-def render() -> bytes:
-    """Render every metric, aggregated over worker processes when running under gunicorn."""
+class _NodeLabelled:
+    """Another collector's metrics with `node="<name>"` added to every sample."""
+
+    def __init__(self, source: Collector, node: str) -> None:
+        self._source = source
+        self._node = node
+
+    def collect(self):
+        for family in self._source.collect():
+            # NOTE: a copy, never the source's own samples: the default registry hands out live objects.
+            samples = [s._replace(labels={**s.labels, "node": self._node}) for s in family.samples]
+            family = Metric(family.name, family.documentation, family.type, family.unit)
+            family.samples = samples
+            yield family
+
+
+def render(node: str) -> bytes:
+    """Render every metric with a `node` label, aggregated over worker processes when running under gunicorn."""
     path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-    if path:
-        registry = CollectorRegistry()
-        registry.register(_SettledFilesCollector(path))
-        return generate_latest(registry)
-    return generate_latest(DEFAULT_REGISTRY)
+    source: Collector = _SettledFilesCollector(path) if path else DEFAULT_REGISTRY
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_NodeLabelled(source, node))
+    return generate_latest(registry)
 
 
 class ServingGauges:

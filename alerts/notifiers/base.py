@@ -22,7 +22,7 @@ from alerts.states import Severity
 
 STATUSES = ("firing", "resolved")
 LOOPBACK_HOSTS = {"127.0.0.1", "::1", "localhost"}
-ERROR_SNIPPET = 300  # characters of a service's answer kept in an error text
+ERROR_CODE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")  # an answer kept in an error text: a code such as Slack's
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,7 @@ class Notification:
     common_labels: Mapping[str, str] = field(default_factory=dict)
     common_annotations: Mapping[str, str] = field(default_factory=dict)
     external_url: str = ""
+    key: str = ""  # idempotency key: the same for every retry of one message, sent where the service takes one
 
     def __post_init__(self) -> None:
         if not self.alerts:
@@ -97,12 +98,17 @@ class Outgoing:
 
 @dataclass(frozen=True)
 class DeliveryResult:
-    """The verdict on one attempt: delivered, retry (after `retry_after_s` if known), or give up."""
+    """The verdict on one attempt: delivered, retry (after `retry_after_s` if known), or give up.
+
+    `maybe_delivered` marks a failure whose answer was lost (a timeout, a dropped connection):
+    the service may have posted the message all the same.
+    """
 
     ok: bool
     retry_after_s: float | None = None
     permanent: bool = False
     error: str = ""
+    maybe_delivered: bool = False
 
 
 def mask_url(url: str) -> str:
@@ -222,16 +228,32 @@ class Notifier(abc.ABC):
         except ValueError:
             document = None
         if not isinstance(document, dict):
-            return None, DeliveryResult(
-                ok=False, error=self.redact(f"HTTP {status}: unreadable answer {snippet(body)}")
-            )
+            return None, DeliveryResult(ok=False, error=self.redact(f"HTTP {status}: unreadable answer"))
         return document, verdict
 
 
 def snippet(body: bytes) -> str:
-    """The start of a response body, decoded, on one line."""
-    text = body[: ERROR_SNIPPET * 4].decode("utf-8", "replace")
-    return " ".join(text.split())[:ERROR_SNIPPET]
+    """The service's error code: a JSON answer's code field, or an answer that is only a code; else nothing.
+
+    Slack answers `invalid_token`, Teams `{"error": {"code": "TriggerInputSchemaMismatch"}}`.
+    NOTE: never the body itself: an error text reaches `/test`'s caller and the outbox listing, and
+    echoing what a destination answered would let anyone who can set a receiver read other services.
+    """
+    text = body[:4096].decode("utf-8", "replace").strip()
+    if ERROR_CODE.match(text):
+        return text
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return ""
+    if not isinstance(document, dict):
+        return ""
+    error = document.get("error")
+    nested = error if isinstance(error, dict) else {}
+    for value in (nested.get("code"), error, document.get("code"), document.get("errcode"), document.get("error_code")):
+        if isinstance(value, str | int) and not isinstance(value, bool) and ERROR_CODE.match(str(value)):
+            return str(value)
+    return ""
 
 
 def _url_tokens(url: str) -> list[str]:

@@ -1,55 +1,106 @@
-"""Send a notifier's request with urllib and judge the answer: the one module here that does I/O.
+"""Send a notifier's request with http.client and judge the answer: the one module here that does I/O.
 
 No retry loop lives here: `deliver` returns a `DeliveryResult` and the outbox decides when to try
 again (after `retry_after_s` when the service said so). Redirects are not followed (a webhook
-that moves is misconfigured, and following would re-post the body elsewhere). Log lines and
-error texts carry the masked URL only.
+that moves is misconfigured, and following would re-post the body elsewhere, perhaps inside the
+network). The destination is resolved once and checked (`targets.TargetPolicy`), and the socket
+connects to the checked address. Log lines and error texts carry the masked URL only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import logging
+import socket
+import ssl
 import time
-import urllib.error
-import urllib.request
 from datetime import datetime
+from urllib.parse import urlsplit
 
 from alerts.notifiers.base import DeliveryResult, Notification, Notifier, Outgoing, mask_url
+from alerts.notifiers.targets import PUBLIC_ONLY, TargetPolicy, TargetRefused
 
 logger = logging.getLogger(__name__)
 
 MAX_ANSWER_BYTES = 64 * 1024
+MAX_ERROR_CHARS = 200
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001, ANN201 - urllib's signature
-        return None
+class _PinnedHTTPConnection(http.client.HTTPConnection):
+    """Plain HTTP to the addresses already checked, never a fresh lookup of the name."""
+
+    def __init__(self, host: str, port: int, addresses: list[tuple[int, tuple]], timeout: float) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self._addresses = addresses
+
+    def connect(self) -> None:
+        self.sock = _connect(self._addresses, self.timeout)
 
 
-_OPENER = urllib.request.build_opener(_NoRedirect)
+class _PinnedHTTPSConnection(http.client.HTTPSConnection):
+    """TLS to the addresses already checked; the certificate is still verified against the URL's host name."""
+
+    def __init__(self, host: str, port: int, addresses: list[tuple[int, tuple]], timeout: float) -> None:
+        self._tls = ssl.create_default_context()
+        super().__init__(host, port, timeout=timeout, context=self._tls)
+        self._addresses = addresses
+
+    def connect(self) -> None:
+        self.sock = self._tls.wrap_socket(_connect(self._addresses, self.timeout), server_hostname=self.host)
 
 
-def send(outgoing: Outgoing, timeout_s: float) -> tuple[int, dict[str, str], bytes]:
-    """Send the request; return status, headers and (the first 64 KiB of) the body, whatever the status."""
-    request = urllib.request.Request(
-        outgoing.url, data=outgoing.body, headers=dict(outgoing.headers), method=outgoing.method
-    )
+def _connect(addresses: list[tuple[int, tuple]], timeout: float | None) -> socket.socket:
+    """Connect to the first checked address that answers."""
+    error: OSError = OSError("no address to connect to")
+    for family, sockaddr in addresses:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(sockaddr)
+            return sock
+        except OSError as exc:
+            sock.close()
+            error = exc
+    raise error
+
+
+def send(
+    outgoing: Outgoing, timeout_s: float, targets: TargetPolicy = PUBLIC_ONLY
+) -> tuple[int, dict[str, str], bytes]:
+    """Send the request; return status, headers and (the first 64 KiB of) the body, whatever the status.
+
+    The host is resolved once and every address checked against `targets` (TargetRefused when one
+    is internal and not allowed); the connection goes to those addresses. No proxy from the
+    environment is used, and a redirect comes back as its 3xx status, never followed.
+    """
+    parts = urlsplit(outgoing.url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("the url must be http(s) with a host")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    addresses = targets.resolve(parts.hostname, port)
+    connection_class = _PinnedHTTPSConnection if parts.scheme == "https" else _PinnedHTTPConnection
+    connection = connection_class(parts.hostname, port, addresses, timeout_s)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:
-        with _OPENER.open(request, timeout=timeout_s) as response:
-            return response.status, dict(response.headers.items()), response.read(MAX_ANSWER_BYTES)
-    except urllib.error.HTTPError as error:
-        with error:
-            headers = dict(error.headers.items()) if error.headers else {}
-            try:
-                body = error.read(MAX_ANSWER_BYTES)
-            except (OSError, http.client.HTTPException, AttributeError):
-                body = b""
-            return error.code, headers, body
+        connection.request(outgoing.method, path, body=outgoing.body, headers=dict(outgoing.headers))
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), response.read(MAX_ANSWER_BYTES)
+    finally:
+        connection.close()
 
 
-def deliver(notifier: Notifier, notification: Notification, now: datetime, timeout_s: float = 10.0) -> DeliveryResult:
-    """Build, send and interpret one notification; network failures come back as retryable results."""
+def deliver(
+    notifier: Notifier,
+    notification: Notification,
+    now: datetime,
+    timeout_s: float = 10.0,
+    targets: TargetPolicy = PUBLIC_ONLY,
+) -> DeliveryResult:
+    """Build, send and interpret one notification; network failures come back as retryable results.
+
+    A destination `targets` refuses is a permanent failure: nothing was sent.
+    """
     try:
         outgoing = notifier.build(notification, now)
     except (ValueError, TypeError, KeyError) as exc:
@@ -59,13 +110,23 @@ def deliver(notifier: Notifier, notification: Notification, now: datetime, timeo
     started = time.monotonic()
     status = None
     try:
-        status, headers, body = send(outgoing, timeout_s)
-    except urllib.error.URLError as exc:
-        result = DeliveryResult(ok=False, error=notifier.redact(f"network error: {exc.reason}"))
+        status, headers, body = send(outgoing, timeout_s, targets)
+    except TargetRefused as exc:
+        result = DeliveryResult(ok=False, permanent=True, error=notifier.redact(f"refused destination: {exc}"))
+    except socket.gaierror as exc:
+        result = DeliveryResult(ok=False, error=notifier.redact(f"network error: cannot resolve the host: {exc}"))
     except (OSError, http.client.HTTPException, ValueError) as exc:
-        result = DeliveryResult(ok=False, error=notifier.redact(f"network error: {type(exc).__name__}: {exc}"))
+        # NOTE: refused or unresolvable: nothing was sent. Anything else (a timeout) may have posted it.
+        unsent = isinstance(exc, ConnectionRefusedError | ValueError)
+        result = DeliveryResult(
+            ok=False,
+            error=notifier.redact(f"network error: {type(exc).__name__}: {exc}"),
+            maybe_delivered=not unsent,
+        )
     else:
         result = notifier.interpret(status, headers, body)
+        if len(result.error) > MAX_ERROR_CHARS:  # a service's own message field, bounded like everything else
+            result = dataclasses.replace(result, error=result.error[: MAX_ERROR_CHARS - 1] + "…")
     _log(notifier, status, result, time.monotonic() - started)
     return result
 

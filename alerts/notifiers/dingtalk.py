@@ -6,7 +6,7 @@ then URL-encoded, appended as `&timestamp=...&sign=...`. Note the inversion agai
 keys the HMAC with `timestamp\\nsecret` and signs nothing. Success is `{"errcode": 0, "errmsg":
 "ok"}`, failures carry a non-zero errcode even with HTTP 200 (310000: keyword, signature,
 timestamp or IP check failed). Each robot may send 20 messages a minute; going over throttles it
-for 10 minutes.
+for 10 minutes. `msgUuid` is the message's idempotency key: DingTalk drops a repeat of one it saw.
 """
 
 from __future__ import annotations
@@ -68,13 +68,18 @@ class DingTalkNotifier(Notifier):
         title = render.headline(notification)
 
         def text(shown: int) -> str:
-            blocks = [f"### {title}", *(render.alert_text(a, LINES) for a in alerts[:shown])]
+            blocks = [f"### {title}", *(render.alert_text(a, LINES, brief=len(alerts) > 1) for a in alerts[:shown])]
             if shown < len(alerts):
                 blocks.append(render.omitted(len(alerts) - shown))
             return "\n\n---\n\n".join(blocks)
 
         markdown = render.fit(text, len(alerts), lambda t: len(t) <= MAX_TEXT_CHARS, MAX_ALERTS)
-        payload = {"msgtype": "markdown", "markdown": {"title": title, "text": render.clip(markdown, MAX_TEXT_CHARS)}}
+        payload: dict[str, Any] = {
+            "msgtype": "markdown",
+            "markdown": {"title": title, "text": render.clip(markdown, MAX_TEXT_CHARS)},
+        }
+        if notification.key:  # the same on every retry, so a retry after a lost answer does not post twice
+            payload["msgUuid"] = notification.key
         url = self.url
         if self._secret:
             timestamp = int(now.timestamp() * 1000)

@@ -75,7 +75,10 @@ class FeishuNotifier(Notifier):
         def body(shown: int) -> bytes:
             elements: list[dict] = []
             for alert in alerts[:shown]:
-                elements += [{"tag": "markdown", "content": render.alert_text(alert, LINES)}, {"tag": "hr"}]
+                elements += [
+                    {"tag": "markdown", "content": render.alert_text(alert, LINES, brief=len(alerts) > 1)},
+                    {"tag": "hr"},
+                ]
             elements.pop()
             if shown < len(alerts):
                 elements.append({"tag": "markdown", "content": render.omitted(len(alerts) - shown)})

@@ -150,8 +150,12 @@ class AlertLines:
     resolved_replaces_since: bool = False
 
 
-def alert_text(alert: Alert, lines: AlertLines) -> str:
-    """Write one alert as a chat block: headline, value, since and resolved, links, the runbook command."""
+def alert_text(alert: Alert, lines: AlertLines, brief: bool = False) -> str:
+    """Write one alert as a chat block: headline, value, since and resolved, links, the runbook command.
+
+    `brief` (a group of several alerts) keeps the headline, the value and the links: a short list
+    people can scan, each entry linking to the console page that has the rest.
+    """
     fields = {
         "mark": lines.marks[alert.status != "firing"],
         "state": state_word(alert),
@@ -165,6 +169,9 @@ def alert_text(alert: Alert, lines: AlertLines) -> str:
     }
     ended = alert.status == "resolved" and alert.ends_at is not None
     templates = [lines.title, lines.value]
+    if brief:
+        templates += [lines.links] if fields["links"] else []
+        return lines.separator.join(template.format(**fields) for template in templates)
     if not (ended and lines.resolved_replaces_since):
         templates.append(lines.since)
     if ended:

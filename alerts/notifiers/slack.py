@@ -50,7 +50,7 @@ class SlackNotifier(Notifier):
 
     def build(self, notification: Notification, now: datetime) -> Outgoing:
         alerts = render.ordered(notification.alerts)
-        sections = [self._section(a) for a in alerts[:MAX_ALERTS]]
+        sections = [self._section(a, brief=len(alerts) > 1) for a in alerts[:MAX_ALERTS]]
         if len(alerts) > MAX_ALERTS:
             sections.append(
                 {"type": "context", "elements": [{"type": "mrkdwn", "text": render.omitted(len(alerts) - MAX_ALERTS)}]}
@@ -65,6 +65,6 @@ class SlackNotifier(Notifier):
         return Outgoing("POST", self.url, {"Content-Type": "application/json; charset=utf-8"}, body)
 
     @staticmethod
-    def _section(alert: Alert) -> dict:
-        text = render.clip(render.alert_text(alert, LINES), SECTION_CHARS)
+    def _section(alert: Alert, brief: bool) -> dict:
+        text = render.clip(render.alert_text(alert, LINES, brief=brief), SECTION_CHARS)
         return {"type": "section", "text": {"type": "mrkdwn", "text": text}}

@@ -46,7 +46,7 @@ class WeComNotifier(Notifier):
         title = f'## <font color="{tone}">{render.headline(notification)}</font>'
 
         def content(shown: int) -> str:
-            blocks = [title, *(render.alert_text(a, LINES) for a in alerts[:shown])]
+            blocks = [title, *(render.alert_text(a, LINES, brief=len(alerts) > 1) for a in alerts[:shown])]
             if shown < len(alerts):
                 blocks.append(f'<font color="comment">{render.omitted(len(alerts) - shown)}</font>')
             return "\n\n".join(blocks)

@@ -1,8 +1,8 @@
 """The evaluator job (scheduler leader only): rules over the history -> alert state, timeline, outbox.
 
 Pure decisions come from `alerts.lifecycle`; this module only reads inputs and writes the outcome
-in one transaction, so a crash between evaluating and notifying loses nothing: the outbox row is
-committed with the state change that caused it.
+in one transaction, so a crash between evaluating and notifying loses nothing: the outbox row
+(`notify.py`: aggregation groups, supersession) is committed with the state change that caused it.
 """
 
 from __future__ import annotations
@@ -16,11 +16,13 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from alerts.lifecycle import Matcher, Silence, Tracked, decide, evaluate, group_key
+from alerts.lifecycle import Matcher, Silence, Tracked, decide, evaluate
 from alerts.rules import Rule
 from alerts.states import AlertState, Severity
+from controlplane.alerting.notify import queue_notifications, record_suppressed
 from controlplane.alerting.observe import observe
-from controlplane.models import AlertEvent, AlertRecord, OutboxMessage, Receiver, RunbookRun, SilenceRecord
+from controlplane.models import AlertEvent, AlertRecord, RunbookRun, SilenceRecord
+from controlplane.runbooks.automatic import Skipped
 from controlplane.runbooks.states import RunState
 from controlplane.scheduler import utcnow
 
@@ -59,15 +61,6 @@ def _silences(session: Session, now: datetime) -> list[Silence]:
     return [as_silence(r) for r in rows]
 
 
-def _routes(receiver: Receiver, alert: Tracked) -> bool:
-    matchers = [Matcher(m["label"], m["value"], bool(m.get("regex"))) for m in receiver.matchers or []]
-    return (
-        receiver.enabled
-        and alert.severity.value in receiver.severities
-        and all(m.matches(alert.labels) for m in matchers)
-    )
-
-
 def alert_payload(alert: Tracked, rule: Rule | None, settings: EvaluatorSettings, status: str) -> dict:
     """Describe one alert for a message: what, how bad, the value, where to look and what to run."""
     labels = alert.labels
@@ -78,6 +71,9 @@ def alert_payload(alert: Tracked, rule: Rule | None, settings: EvaluatorSettings
         k: v.format_map(defaultdict(lambda: "?", labels)) for k, v in (rule.runbook_params if rule else {}).items()
     }
     command = f"python runbooks/{runbook}.py " + " ".join(f"--{k} {v}" for k, v in params.items()) if runbook else ""
+    # A resolved alert's value says why it resolved: back within the threshold (the value now), no data,
+    # or too little traffic to judge; never the last firing value.
+    value_text = alert.reason if status == "resolved" else ""
     return {
         "fingerprint": alert.fingerprint,
         "name": alert.rule,
@@ -86,6 +82,7 @@ def alert_payload(alert: Tracked, rule: Rule | None, settings: EvaluatorSettings
         "labels": labels,
         "annotations": {"summary": summary, "description": description},
         "value": alert.value,
+        "value_text": value_text,
         "starts_at": (alert.firing_since or alert.pending_since).isoformat()
         if (alert.firing_since or alert.pending_since)
         else None,
@@ -129,10 +126,14 @@ class AlertEvaluator:
                     session, rule, now, engine_ready=self._engine_ready, max_queue_size=self._settings.max_queue_size
                 )
                 advanced += evaluate(rule, observed, {fp: t for fp, t in before.items() if t.rule == rule.name}, now)
-            outcome = decide(advanced, before, _silences(session, now), now, self._settings.repeat_interval)
+            outcome = decide(advanced, before, _silences(session, now), now)
             for alert in outcome.tracked.values():
                 rows[alert.fingerprint] = self._save(session, rows.get(alert.fingerprint), alert, now)
             for alert in outcome.changed:
+                labels = ",".join(f"{k}={v}" for k, v in alert.labels.items())
+                log.info(
+                    "alert %s %s %s [%s] value %s", alert.rule, alert.state.value, alert.severity, labels, alert.value
+                )
                 session.add(
                     AlertEvent(
                         fingerprint=alert.fingerprint,
@@ -140,23 +141,14 @@ class AlertEvaluator:
                         kind="state",
                         state=alert.state.value,
                         value=alert.value,
-                        detail={},
+                        detail={"reason": alert.reason} if alert.reason else {},
                     )
                 )
             counts["changed"] = len(outcome.changed)
-            for alert, why in outcome.suppressed:
-                session.add(
-                    AlertEvent(
-                        fingerprint=alert.fingerprint,
-                        ts=now,
-                        kind="suppressed",
-                        state=alert.state.value,
-                        value=alert.value,
-                        detail={"why": why},
-                    )
-                )
-            counts["suppressed"] = len(outcome.suppressed)
-            counts["queued"] = self._enqueue(session, outcome.notify, now)
+            counts["suppressed"] = record_suppressed(session, outcome, now)
+            counts["queued"] = queue_notifications(
+                session, outcome, rows, self._payload, self._settings.repeat_interval, self._settings.console_url, now
+            )
             counts["automatic"] = self._automatic(session, rows, outcome.tracked, now)
         return counts
 
@@ -205,6 +197,8 @@ class AlertEvaluator:
         rule = self.rules.get(alert.rule)
         row.state, row.value = alert.state.value, alert.value
         row.summary = rule.render(rule.summary, alert.labels, alert.value) if rule else row.summary or ""
+        if rule and alert.value is None and alert.reason:
+            row.summary += f" ({alert.reason})"  # no value to show: say why (no data, too little traffic)
         row.pending_since, row.firing_since, row.resolved_at = (
             alert.pending_since,
             alert.firing_since,
@@ -221,27 +215,8 @@ class AlertEvaluator:
         row.updated_at = now
         return row
 
-    def _enqueue(self, session: Session, notify: list[tuple[Tracked, str]], now: datetime) -> int:
-        receivers = list(session.scalars(select(Receiver)))
-        groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
-        for alert, status in notify:
-            payload = alert_payload(alert, self.rules.get(alert.rule), self._settings, status)
-            for receiver in receivers:
-                if _routes(receiver, alert):
-                    groups[(receiver.name, group_key(alert), status)].append(payload)
-            session.add(AlertEvent(fingerprint=alert.fingerprint, ts=now, kind="notified", state=alert.state.value, value=alert.value,
-                                   detail={"status": status, "receivers": [r.name for r in receivers if _routes(r, alert)]}))  # fmt: skip
-        for (receiver, key, status), alerts in groups.items():
-            common = {k: v for k, v in alerts[0]["labels"].items() if all(a["labels"].get(k) == v for a in alerts)}
-            session.add(
-                OutboxMessage(
-                    receiver=receiver, group_key=key, status=status, state="pending", attempts=0,
-                    next_attempt_at=now, created_at=now,
-                    payload={"receiver": receiver, "group_key": key, "status": status, "alerts": alerts,
-                             "common_labels": common, "external_url": self._settings.console_url},
-                )
-            )  # fmt: skip
-        return len(groups)
+    def _payload(self, alert: Tracked, status: str) -> dict:
+        return alert_payload(alert, self.rules.get(alert.rule), self._settings, status)
 
     def _automatic(
         self, session: Session, rows: dict[str, AlertRecord], tracked: dict[str, Tracked], now: datetime
@@ -258,14 +233,16 @@ class AlertEvaluator:
                 continue
             if row.last_runbook_at is not None and now - row.last_runbook_at < rule.automatic.cooldown:
                 continue
-            row.runbook_attempts += 1
-            row.last_runbook_at = now
+            attempt = row.runbook_attempts + 1
             try:
-                run_id = self._run_automatic(rule, row)
-                detail = {"runbook": rule.runbook, "run": run_id, "attempt": row.runbook_attempts}
+                detail = {"runbook": rule.runbook, "run": self._run_automatic(rule, row), "attempt": attempt}
+            except Skipped as skipped:  # another run acts on the target, or its cooldown runs: no attempt spent
+                self._record_skip(session, alert, rule, skipped, now)
+                continue
             except Exception as exc:  # the runbook failing to start is recorded, not fatal to evaluation
                 log.exception("automatic runbook %s for %s failed to start", rule.runbook, fp)
-                detail = {"runbook": rule.runbook, "error": str(exc), "attempt": row.runbook_attempts}
+                detail = {"runbook": rule.runbook, "error": str(exc), "attempt": attempt}
+            row.runbook_attempts, row.last_runbook_at = attempt, now
             session.add(
                 AlertEvent(
                     fingerprint=fp, ts=now, kind="runbook", state=alert.state.value, value=alert.value, detail=detail
@@ -273,3 +250,15 @@ class AlertEvaluator:
             )
             started += 1
         return started
+
+    def _record_skip(self, session: Session, alert: Tracked, rule: Rule, skipped: Skipped, now: datetime) -> None:
+        """Say on the alert's timeline why its runbook was not started, once per blocking run."""
+        last = session.scalars(
+            select(AlertEvent)
+            .where(AlertEvent.fingerprint == alert.fingerprint, AlertEvent.kind.in_(("runbook", "runbook_skipped")))
+            .order_by(AlertEvent.id.desc())
+        ).first()
+        if last is None or last.kind != "runbook_skipped" or last.detail.get("blocker") != skipped.blocker:
+            detail = {"runbook": rule.runbook, "why": skipped.why, "blocker": skipped.blocker}
+            session.add(AlertEvent(fingerprint=alert.fingerprint, ts=now, kind="runbook_skipped",
+                                   state=alert.state.value, value=alert.value, detail=detail))  # fmt: skip

@@ -1,7 +1,11 @@
-"""The notification outbox: deliver due messages, retry with backoff and Retry-After, lose nothing.
+"""The notification outbox: deliver due messages in order, retry with backoff and Retry-After, lose nothing.
 
 A message is committed with the alert change that caused it (evaluator.py); this job only moves
-it from pending to sent or failed. A chat outage or a restart leaves it pending, due again later.
+it from pending to sent or failed (the evaluator marks one superseded when a newer message for
+the same group replaces it). A chat outage or a restart leaves it pending, due again later.
+Order: a receiver's messages for one group go out oldest first, a later one waiting while an
+earlier one retries; when a service says when to come back (Retry-After, a rate-limit code),
+the whole receiver waits, every group, and then resumes oldest first.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from alerts.notifiers import make_notifier
 from alerts.notifiers.base import Alert, DeliveryResult, Notification, Notifier
 from alerts.notifiers.delivery import deliver
 from alerts.states import Severity
+from controlplane.metrics import NOTIFICATION_ATTEMPTS, NOTIFICATIONS
 from controlplane.models import OutboxMessage, Receiver
 from controlplane.scheduler import utcnow
 
@@ -48,6 +53,7 @@ def notification(payload: dict[str, Any], now: datetime) -> Notification:
             labels=a.get("labels", {}),
             annotations=a.get("annotations", {}),
             value=a.get("value"),
+            value_text=a.get("value_text", ""),
             ends_at=_time(a.get("ends_at"), now) if a.get("ends_at") else None,
             runbook_url=a.get("runbook_url", ""),
             runbook_command=a.get("runbook_command", ""),
@@ -57,7 +63,9 @@ def notification(payload: dict[str, Any], now: datetime) -> Notification:
     ]
     return Notification(
         receiver=payload["receiver"], group_key=payload["group_key"], status=payload["status"], alerts=alerts,
-        common_labels=payload.get("common_labels", {}), external_url=payload.get("external_url", ""),
+        group_labels=payload.get("group_labels", {}), common_labels=payload.get("common_labels", {}),
+        common_annotations=payload.get("common_annotations", {}), external_url=payload.get("external_url", ""),
+        key=payload.get("key", ""),
     )  # fmt: skip
 
 
@@ -72,19 +80,50 @@ def deliver_due(
     now = now or utcnow()
     counts = {"sent": 0, "retrying": 0, "failed": 0}
     with sessions() as session:
-        due = list(
-            session.scalars(
-                select(OutboxMessage)
-                .where(OutboxMessage.state == "pending", OutboxMessage.next_attempt_at <= now)
-                .order_by(OutboxMessage.id)
-                .limit(limit)
-            )
+        waiting = set(session.scalars(select(Receiver.name).where(Receiver.backoff_until > now)))
+        pending = list(
+            session.scalars(select(OutboxMessage).where(OutboxMessage.state == "pending").order_by(OutboxMessage.id))
         )
-        for message in due:
+        blocked: set[tuple[str, str]] = set()  # groups whose oldest pending message is still waiting
+        tried = 0
+        for message in pending:
+            group = (message.receiver, message.group_key)
+            # NOTE: a group's messages go oldest first, and none while its receiver waits.
+            if group in blocked or message.receiver in waiting or message.next_attempt_at > now:
+                blocked.add(group)
+                continue
+            if tried >= limit:
+                break
+            if not _claim(session, message, now):  # another deliverer holds it or finished it: keep order
+                blocked.add(group)
+                continue
+            tried += 1
             outcome = _attempt(session, message, now, send, backoff_s)
             counts[outcome] += 1
+            if outcome == "retrying":
+                blocked.add(group)
+            receiver = session.get(Receiver, message.receiver)
+            if receiver is not None and receiver.backoff_until is not None and receiver.backoff_until > now:
+                waiting.add(message.receiver)
             session.commit()
     return counts
+
+
+def _claim(session: Session, message: OutboxMessage, now: datetime) -> bool:
+    """Lock one message for this attempt; return False when another deliverer holds it or has moved it on.
+
+    NOTE: on PostgreSQL the row stays locked (FOR UPDATE SKIP LOCKED) until the commit that records
+    the attempt, so two leaders overlapping across a hand-over never both send it, and a deliverer
+    killed mid-send releases the lock with its connection, leaving the message pending for the next.
+    SQLite ignores the lock; there the re-read state, and the lease, keep one process delivering.
+    """
+    claimed = session.scalars(
+        select(OutboxMessage)
+        .where(OutboxMessage.id == message.id, OutboxMessage.state == "pending")
+        .with_for_update(skip_locked=True)
+        .execution_options(populate_existing=True)
+    ).one_or_none()
+    return claimed is not None and claimed.next_attempt_at <= now
 
 
 def _attempt(session: Session, message: OutboxMessage, now: datetime, send: Deliver, backoff_s: float) -> str:
@@ -92,6 +131,7 @@ def _attempt(session: Session, message: OutboxMessage, now: datetime, send: Deli
     message.attempts += 1
     if receiver is None or not receiver.enabled:
         message.state, message.last_error = "failed", f"receiver {message.receiver!r} is missing or disabled"
+        NOTIFICATIONS.labels(message.receiver, "failed").inc()
         return "failed"
     try:
         notifier = make_notifier(receiver.kind, receiver.config)
@@ -104,17 +144,27 @@ def _attempt(session: Session, message: OutboxMessage, now: datetime, send: Deli
         result = send(notifier, notification(message.payload, now), now)
     except ValueError as exc:  # a receiver whose configuration no longer validates
         message.state, message.last_error = "failed", str(exc)
+        NOTIFICATIONS.labels(message.receiver, "failed").inc()
         return "failed"
+    outcome = (
+        "delivered" if result.ok else "failed" if result.permanent or message.attempts >= MAX_ATTEMPTS else "retry"
+    )
+    NOTIFICATION_ATTEMPTS.labels(message.receiver, receiver.kind, outcome).inc()
     if result.ok:
         message.state, message.sent_at, message.last_error = "sent", now, ""
+        NOTIFICATIONS.labels(message.receiver, "sent").inc()
         return "sent"
     message.last_error = result.error
-    if result.permanent or message.attempts >= MAX_ATTEMPTS:
+    message.maybe_delivered = message.maybe_delivered or result.maybe_delivered
+    if outcome == "failed":
         message.state = "failed"
+        NOTIFICATIONS.labels(message.receiver, "failed").inc()
         log.error("notification %s to %s given up: %s", message.id, message.receiver, result.error)
         return "failed"
     wait = max(backoff(message.attempts, backoff_s), timedelta(seconds=result.retry_after_s or 0))
     message.next_attempt_at = now + wait
+    if result.retry_after_s is not None:  # the service said when to come back: everything to it waits
+        receiver.backoff_until = now + wait
     log.warning("notification %s to %s failed (%s); retrying in %s", message.id, message.receiver, result.error, wait)
     return "retrying"
 

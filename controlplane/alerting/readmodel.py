@@ -12,9 +12,11 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from alerts.dispatch import REPEAT_INTERVAL, duration_text
 from alerts.notifiers import make_notifier
 from alerts.states import AlertState
-from controlplane.models import AlertEvent, AlertRecord, Receiver, SilenceRecord
+from controlplane.alerting.notify import receiver_route
+from controlplane.models import AlertEvent, AlertRecord, OutboxMessage, Receiver, SilenceRecord
 from controlplane.scheduler import utcnow
 
 
@@ -69,9 +71,37 @@ def receiver_json(row: Receiver) -> dict[str, Any]:
         shown = make_notifier(row.kind, row.config).describe()
     except ValueError as exc:
         shown = {"kind": row.kind, "error": str(exc)}
-    return {"name": row.name, "severities": row.severities, "matchers": row.matchers, "enabled": row.enabled, **shown}
+    route = receiver_route(row, REPEAT_INTERVAL)
+    repeat = None if row.repeat_interval_s is None else duration_text(route.repeat_interval)
+    return {
+        "name": row.name, "severities": row.severities, "matchers": row.matchers, "enabled": row.enabled,
+        "group_by": list(route.group_by), "group_wait": duration_text(route.group_wait),
+        "group_interval": duration_text(route.group_interval), "repeat_interval": repeat, **shown,
+    }  # fmt: skip
 
 
 def list_receivers(session: Session) -> list[Receiver]:
     """Return every receiver, by name."""
     return list(session.scalars(select(Receiver).order_by(Receiver.name)))
+
+
+def notification_json(row: OutboxMessage) -> dict[str, Any]:
+    """Describe one outbox message: where it goes, which group, how delivery stands; never its body."""
+    return {
+        "id": row.id, "receiver": row.receiver, "group_key": row.group_key, "status": row.status, "state": row.state,
+        "attempts": row.attempts, "next_attempt_at": _iso(row.next_attempt_at) if row.state == "pending" else None,
+        "last_error": row.last_error, "created_at": _iso(row.created_at), "sent_at": _iso(row.sent_at),
+        "alerts": [a["fingerprint"] for a in row.payload.get("alerts", [])],
+    }  # fmt: skip
+
+
+def list_notifications(
+    session: Session, state: str | None = None, receiver: str | None = None, limit: int = 100
+) -> list[OutboxMessage]:
+    """Return outbox messages, newest first (of one state or receiver, if given)."""
+    query = select(OutboxMessage).order_by(OutboxMessage.id.desc()).limit(limit)
+    if state is not None:
+        query = query.where(OutboxMessage.state == state)
+    if receiver is not None:
+        query = query.where(OutboxMessage.receiver == receiver)
+    return list(session.scalars(query))

@@ -10,20 +10,39 @@ config its notifier accepts) are checked here.
 from __future__ import annotations
 
 import re
+import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session
 
+from alerts.dispatch import REPEAT_INTERVAL
+from alerts.lifecycle import Tracked
 from alerts.notifiers import make_notifier
 from alerts.notifiers.base import Alert, Notification
 from alerts.notifiers.delivery import DeliveryResult, deliver
+from alerts.notifiers.goformat import label_fingerprint
+from alerts.notifiers.targets import PUBLIC_ONLY, TargetPolicy, TargetRefused
 from alerts.states import AlertState, Severity
+from controlplane.alerting.notify import receiver_route
 from controlplane.auth.audit import Audit
 from controlplane.errors import ApiError, Conflict, NotFound
 from controlplane.models import AlertEvent, AlertRecord, Receiver, SilenceRecord
 
 MAX_SILENCE = timedelta(days=30)
+
+
+@dataclass(frozen=True)
+class RouteSettings:
+    """A receiver's grouping and pacing as people set it (seconds; None: the default)."""
+
+    group_by: tuple[str, ...] | None = None
+    group_wait_s: float | None = None
+    group_interval_s: float | None = None
+    repeat_interval_s: float | None = None
+
+
 SEVERITIES = tuple(s.value for s in Severity)
 LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,63}$")  # a label name; receiver names follow it too
 
@@ -104,18 +123,38 @@ def put_receiver(
     enabled: bool,
     audit: Audit,
     now: datetime,
+    route: RouteSettings | None = None,
+    targets: TargetPolicy = PUBLIC_ONLY,
 ) -> Receiver:
-    """Create or replace a chat receiver once its notifier accepts `config`; the audit event never holds the config."""
+    """Create or replace a chat receiver once its notifier accepts `config`; the audit event never holds the config.
+
+    `route` sets its grouping and pacing (Alertmanager's group_by, group_wait, group_interval,
+    repeat_interval); a value left None takes the default. `targets` refuses an internal
+    destination the allow-list does not name (the names are checked again, resolved, at each send).
+    """
     try:
-        make_notifier(kind, config)
+        notifier = make_notifier(kind, config)
+        targets.check_url(notifier.url)
+    except TargetRefused as exc:
+        raise ApiError(f"receiver config: refused destination: {exc}") from None
     except ValueError as exc:
         raise ApiError(f"receiver config: {exc}") from None
     if not severities or set(severities) - set(SEVERITIES):
         raise ApiError("'severities' must list some of P0, P1, P2")
+    route = route or RouteSettings()
+    if route.group_by is not None and not all(LABEL.match(name) for name in route.group_by):
+        raise ApiError("'group_by' must list label names")
+    if any(v is not None and v < 0 for v in (route.group_wait_s, route.group_interval_s, route.repeat_interval_s)):
+        raise ApiError("route durations cannot be negative")
+    if route.group_interval_s == 0 or route.repeat_interval_s == 0:
+        raise ApiError("'group_interval' and 'repeat_interval' must be longer than 0s")
     row = session.get(Receiver, name) or Receiver(name=name, created_at=now)
     row.kind, row.config, row.severities = kind, config, severities
     row.matchers = matchers
     row.enabled = enabled
+    row.group_by = None if route.group_by is None else list(route.group_by)
+    row.group_wait_s, row.group_interval_s = route.group_wait_s, route.group_interval_s
+    row.repeat_interval_s = route.repeat_interval_s
     session.add(row)
     audit(session, "receiver.put", name, "ok", {"kind": kind, "severities": severities})
     return row
@@ -134,12 +173,34 @@ def delete_receiver(session: Session, name: str, audit: Audit) -> None:
     audit(session, "receiver.delete", name, "ok", {})
 
 
-def send_test_message(session: Session, name: str, audit: Audit, now: datetime) -> DeliveryResult:
-    """Send a test message through a receiver now and return what the service answered."""
+def send_test_message(
+    session: Session,
+    name: str,
+    audit: Audit,
+    now: datetime,
+    console_url: str = "http://127.0.0.1:8000",
+    targets: TargetPolicy = PUBLIC_ONLY,
+) -> DeliveryResult:
+    """Send a test message through a receiver now and return what the service answered (status and code, no body).
+
+    It is a real notification of the receiver's own route, so any consumer takes it: a P2 firing
+    alert with a Prometheus label fingerprint, the console as `externalURL` and `generatorURL`,
+    and a group key built like every other.
+    """
     row = _receiver(session, name)
     notifier = make_notifier(row.kind, row.config)
-    alert = Alert(fingerprint="test", name="flightdeck_test", severity=Severity.P2, status="firing", starts_at=now,
-                  labels={"alertname": "flightdeck_test"}, annotations={"summary": f"Test message from Flightdeck to {name}"})  # fmt: skip
-    result = deliver(notifier, Notification(receiver=name, group_key="{test}", status="firing", alerts=[alert]), now)
+    labels = {"alertname": "flightdeck_test", "severity": Severity.P2.value}
+    fingerprint = label_fingerprint(labels)
+    tracked = Tracked(fingerprint, "flightdeck_test", Severity.P2, labels, AlertState.FIRING, firing_since=now)
+    route = receiver_route(row, REPEAT_INTERVAL)
+    annotations = {"summary": f"Test message from Flightdeck to {name}", "description": "Nothing is wrong."}
+    alert = Alert(fingerprint=fingerprint, name="flightdeck_test", severity=Severity.P2, status="firing",
+                  starts_at=now, labels=labels, annotations=annotations, console_url=f"{console_url}/alerts")  # fmt: skip
+    group_labels = route.group_labels(tracked)
+    notification = Notification(
+        receiver=name, group_key=route.group_key(tracked), status="firing", alerts=[alert], group_labels=group_labels,
+        common_labels=labels, common_annotations=annotations, external_url=console_url, key=uuid.uuid4().hex,
+    )  # fmt: skip
+    result = deliver(notifier, notification, now, targets=targets)
     audit(session, "receiver.test", name, "ok" if result.ok else "error", {"error": result.error})
     return result

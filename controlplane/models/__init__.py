@@ -64,6 +64,7 @@ class Lease(Base):
 from controlplane.models.alerting import (  # noqa: E402
     AlertEvent,
     AlertRecord,
+    NotificationGroup,
     OutboxMessage,
     Receiver,
     SilenceRecord,
@@ -96,6 +97,7 @@ __all__ = [
     "LoginSession",
     "ModelVersion",
     "NAMING_CONVENTION",
+    "NotificationGroup",
     "OutboxMessage",
     "Receiver",
     "Rollout",

@@ -64,7 +64,12 @@ class SilenceRecord(Base):
 
 
 class Receiver(Base):
-    """A chat destination and which alerts it gets (severities and label matchers)."""
+    """A chat destination, which alerts it gets (severities and label matchers) and its route.
+
+    The route is Alertmanager's: `group_by` label names, `group_wait`, `group_interval` and
+    `repeat_interval` in seconds; None takes the default (alertname, 30 s, 5 min, the settings'
+    repeat interval). `backoff_until` holds every message to it while the service asked us to wait.
+    """
 
     __tablename__ = "receivers"
 
@@ -75,21 +80,44 @@ class Receiver(Base):
     matchers: Mapped[list] = mapped_column(JSON, default=list)
     enabled: Mapped[bool] = mapped_column(default=True)
     created_at: Mapped[datetime]
+    group_by: Mapped[list | None] = mapped_column(JSON)
+    group_wait_s: Mapped[float | None]
+    group_interval_s: Mapped[float | None]
+    repeat_interval_s: Mapped[float | None]
+    backoff_until: Mapped[datetime | None]
+
+
+class NotificationGroup(Base):
+    """An aggregation group of one receiver: when it is looked at next, what the receiver was told firing."""
+
+    __tablename__ = "notification_groups"
+
+    receiver: Mapped[str] = mapped_column(String(64), primary_key=True)
+    group_key: Mapped[str] = mapped_column(String(512), primary_key=True)
+    labels: Mapped[dict] = mapped_column(JSON)
+    next_flush_at: Mapped[datetime]
+    last_notified_at: Mapped[datetime | None]
+    notified: Mapped[dict] = mapped_column(JSON)  # fingerprint -> severity, of alerts told firing
 
 
 class OutboxMessage(Base):
     """A notification waiting to be delivered, or its delivery record: nothing is lost to an outage."""
 
     __tablename__ = "outbox"
-    __table_args__ = (Index("ix_outbox_state_due", "state", "next_attempt_at"),)
+    __table_args__ = (
+        Index("ix_outbox_state_due", "state", "next_attempt_at"),
+        Index("ix_outbox_receiver_group", "receiver", "group_key"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     receiver: Mapped[str] = mapped_column(String(64))
-    group_key: Mapped[str] = mapped_column(String(256))
+    group_key: Mapped[str] = mapped_column(String(512))
     status: Mapped[str] = mapped_column(String(16))  # firing | resolved
-    payload: Mapped[dict] = mapped_column(JSON)  # the Notification, serialised
-    state: Mapped[str] = mapped_column(String(16))  # pending | sent | failed
+    payload: Mapped[dict] = mapped_column(JSON)  # the Notification, serialised, with its idempotency key
+    state: Mapped[str] = mapped_column(String(16))  # pending | sent | failed | superseded
     attempts: Mapped[int] = mapped_column(default=0)
+    # An attempt whose answer was lost (a timeout, a dropped connection) may have been delivered.
+    maybe_delivered: Mapped[bool] = mapped_column(default=False)
     next_attempt_at: Mapped[datetime]
     last_error: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime]

@@ -1,8 +1,7 @@
-"""The alert lifecycle: pending, firing after `for`, repeat, acknowledge, resolve, silence, inhibit."""
+"""The alert lifecycle: pending, firing after `for`, resolve, silence, inhibit (what is sent when: test_dispatch)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from alerts.lifecycle import Matcher, Silence, Tracked, decide, evaluate, fingerprint
@@ -10,7 +9,6 @@ from alerts.rules import Condition, Rule
 from alerts.states import AlertState, Severity
 
 T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)
-REPEAT = timedelta(hours=1)
 
 
 def rule(name: str = "high_error_rate", severity: Severity = Severity.P1, for_s: int = 120) -> Rule:
@@ -25,62 +23,50 @@ def key(model: str) -> tuple[tuple[str, str], ...]:
 def run(r: Rule, value: float | None, state: dict[str, Tracked], at: datetime, silences=()) -> tuple[dict, object]:
     observed = {} if value is None else {key("textcls"): value}
     alerts = evaluate(r, observed, state, at)
-    outcome = decide(alerts, state, list(silences), at, REPEAT)
+    outcome = decide(alerts, state, list(silences), at)
     return outcome.tracked, outcome
 
 
-def test_pending_then_firing_after_for_then_resolved_with_one_message_each() -> None:
+def test_pending_then_firing_after_for_then_resolved_each_change_recorded_once() -> None:
     r = rule()
     state, out = run(r, 0.2, {}, T0)
     (alert,) = state.values()
-    assert alert.state is AlertState.PENDING and out.notify == []
+    assert alert.state is AlertState.PENDING and [a.state for a in out.changed] == [AlertState.PENDING]
     state, out = run(r, 0.2, state, T0 + timedelta(seconds=119))
-    assert next(iter(state.values())).state is AlertState.PENDING
+    assert next(iter(state.values())).state is AlertState.PENDING and out.changed == []
     state, out = run(r, 0.3, state, T0 + timedelta(seconds=121))
-    assert [(a.state, kind) for a, kind in out.notify] == [(AlertState.FIRING, "firing")]
+    assert [a.state for a in out.changed] == [AlertState.FIRING] and out.muted == {}
     assert next(iter(state.values())).value == 0.3
     state, out = run(r, 0.3, state, T0 + timedelta(minutes=10))
-    assert out.notify == []  # no repeat before the repeat interval
-    state, out = run(r, 0.3, state, T0 + timedelta(minutes=63))
-    assert [kind for _, kind in out.notify] == ["firing"]  # repeated
+    assert out.changed == []
     state, out = run(r, 0.01, state, T0 + timedelta(minutes=64))
-    assert [(a.state, kind) for a, kind in out.notify] == [(AlertState.RESOLVED, "resolved")]
+    assert [a.state for a in out.changed] == [AlertState.RESOLVED]
 
 
 def test_a_blip_shorter_than_for_never_fires() -> None:
     r = rule()
     state, _ = run(r, 0.2, {}, T0)
     state, out = run(r, 0.0, state, T0 + timedelta(seconds=60))
-    assert next(iter(state.values())).state is AlertState.INACTIVE and out.notify == []
-
-
-def test_acknowledged_alerts_are_not_repeated() -> None:
-    r = rule(for_s=0)
-    state, out = run(r, 0.2, {}, T0)
-    assert len(out.notify) == 1
-    fp = next(iter(state))
-    state[fp] = replace(state[fp], acknowledged_by="alice")
-    state, out = run(r, 0.2, state, T0 + timedelta(hours=5))
-    assert out.notify == []
+    assert next(iter(state.values())).state is AlertState.INACTIVE
+    assert AlertState.FIRING not in {a.state for a in out.changed}
 
 
 def test_silences_mute_notifications_but_not_state() -> None:
     r = rule(for_s=0)
     silence = Silence((Matcher("model", "text.*", regex=True),), T0, T0 + timedelta(hours=1))
     state, out = run(r, 0.2, {}, T0, [silence])
-    assert next(iter(state.values())).state is AlertState.FIRING
-    assert out.notify == [] and out.suppressed[0][1] == "silenced"
+    (fp,) = state
+    assert state[fp].state is AlertState.FIRING and out.muted == {fp: "silenced"}
     state, out = run(r, 0.2, state, T0 + timedelta(hours=2), [silence])  # the silence has ended
-    assert [kind for _, kind in out.notify] == ["firing"]
+    assert out.muted == {}
 
 
 def test_a_firing_p0_on_a_model_inhibits_its_p1s() -> None:
     p0, p1 = rule("engine_down", Severity.P0, 0), rule("slow", Severity.P1, 0)
     alerts = evaluate(p0, {key("textcls"): 1.0}, {}, T0) + evaluate(p1, {key("textcls"): 1.0, key("mlp"): 1.0}, {}, T0)
-    out = decide(alerts, {}, [], T0, REPEAT)
-    sent = sorted((a.rule, a.labels["model"]) for a, _ in out.notify)
-    assert sent == [("engine_down", "textcls"), ("slow", "mlp")]
-    assert [(a.rule, why) for a, why in out.suppressed] == [("slow", "inhibited by a firing P0 on the same model")]
+    out = decide(alerts, {}, [], T0)
+    muted = {(out.tracked[fp].rule, out.tracked[fp].labels["model"]): why for fp, why in out.muted.items()}
+    assert muted == {("slow", "textcls"): "inhibited by a firing P0 on the same model"}
 
 
 def test_fingerprints_are_stable_and_distinguish_label_sets() -> None:
@@ -89,4 +75,4 @@ def test_fingerprints_are_stable_and_distinguish_label_sets() -> None:
     r = rule(for_s=0)
     state, _ = run(r, 0.2, {}, T0)
     state, out = run(r, None, state, T0 + timedelta(minutes=1))  # the series vanished: it resolves
-    assert [kind for _, kind in out.notify] == ["resolved"]
+    assert [a.state for a in out.changed] == [AlertState.RESOLVED]

@@ -92,7 +92,9 @@ def test_faulty_version_alerts_chat_and_is_rolled_back_by_its_runbook(home: Path
         port = int(server.url.rsplit(":", 1)[1])
         try:
             admin = _admin_token(home)
-            receiver = {"kind": "webhook", "config": {"url": chat.url, "allow_http": True}, "severities": ["P0"]}
+            # Alertmanager's defaults (30 s wait, 5 min between a group's messages) shortened for the test.
+            receiver = {"kind": "webhook", "config": {"url": chat.url, "allow_http": True}, "severities": ["P0"],
+                        "group_wait": "0s", "group_interval": "1s"}  # fmt: skip
             call(port, "PUT", "/api/receivers/chat", admin, receiver)
             traffic = Traffic(port, clients=2)
             try:

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, HTTPServer
+
+from alerts.notifiers.delivery import deliver
+from alerts.notifiers.targets import TargetPolicy
+
+# The product refuses loopback destinations; these servers listen there, so tests allow it explicitly.
+LOOPBACK = TargetPolicy.parse("127.0.0.1")
+deliver_local = functools.partial(deliver, targets=LOOPBACK)
 
 
 @dataclass(frozen=True)
@@ -24,7 +32,8 @@ Answer = tuple[int, Mapping[str, str], bytes]
 class RecordingServer:
     """Use as `with RecordingServer(200, b"ok") as server:`; the server stops when the block ends.
 
-    `answer` may instead be a function of the recorded request (to echo it back, for instance).
+    `answer` may instead be a function of the recorded request (to echo it back, for instance);
+    when it returns None the connection is closed unanswered, as when an answer is lost.
     """
 
     def __init__(
@@ -32,7 +41,7 @@ class RecordingServer:
         status: int = 200,
         body: bytes = b"",
         headers: Mapping[str, str] | None = None,
-        answer: Callable[[Recorded], Answer] | None = None,
+        answer: Callable[[Recorded], Answer | None] | None = None,
     ) -> None:
         self.answer = answer or (lambda _request: (status, headers or {}, body))
         self.requests: list[Recorded] = []
@@ -55,7 +64,11 @@ class RecordingServer:
                     body=self.rfile.read(length),
                 )
                 recorder.requests.append(request)
-                status, headers, body = recorder.answer(request)
+                answer = recorder.answer(request)
+                if answer is None:
+                    self.close_connection = True
+                    return
+                status, headers, body = answer
                 self.send_response(status)
                 for name, value in headers.items():
                     self.send_header(name, value)

@@ -10,7 +10,7 @@ import urllib.parse
 
 from alerts.notifiers import Notification, deliver, feishu, make_notifier
 from alerts.notifiers.dingtalk import MAX_TEXT_CHARS, sign
-from tests.alerts.notifiers.recorder import RecordingServer
+from tests.alerts.notifiers.recorder import LOOPBACK, RecordingServer
 from tests.alerts.notifiers.samples import NOW, make_notification, many_alerts
 
 TOKEN = "ff6cd723bdb4455fe18a1ba30dbeff007f5ab0c1d2e3f4a5b6c7d8e9f0a1b2c3"
@@ -98,10 +98,18 @@ def test_interpret_reads_errcode() -> None:
 def test_delivers_over_http_with_the_signature_in_the_query(firing: Notification) -> None:
     with RecordingServer(200, b'{"errcode":0,"errmsg":"ok"}') as server:
         config = {"url": f"{server.url}/robot/send?access_token={TOKEN}", "secret": SECRET, "allow_http": True}
-        result = deliver(make_notifier("dingtalk", config), firing, NOW, timeout_s=5)
+        result = deliver(make_notifier("dingtalk", config), firing, NOW, timeout_s=5, targets=LOOPBACK)
     assert result.ok
     [request] = server.requests
     params = query(request.path)
     assert params["access_token"] == [TOKEN]
     assert params["sign"] == [expected_sign(int(params["timestamp"][0]), SECRET)]
     assert json.loads(request.body)["msgtype"] == "markdown"
+
+
+def test_the_idempotency_key_travels_as_msguuid_the_same_on_every_build() -> None:
+    notifier = make_notifier("dingtalk", {"url": URL, "secret": SECRET})
+    keyed = make_notification(key="5f0c8e1d2b3a4c5d6e7f8091a2b3c4d5")
+    first, again = (json.loads(notifier.build(keyed, NOW).body) for _ in range(2))
+    assert first["msgUuid"] == again["msgUuid"] == "5f0c8e1d2b3a4c5d6e7f8091a2b3c4d5"
+    assert "msgUuid" not in json.loads(notifier.build(make_notification(), NOW).body)

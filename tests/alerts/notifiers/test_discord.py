@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from alerts.notifiers import Notification, deliver, make_notifier
-from tests.alerts.notifiers.recorder import RecordingServer
+from tests.alerts.notifiers.recorder import LOOPBACK, RecordingServer
 from tests.alerts.notifiers.samples import NOW, make_notification, many_alerts
 
 URL = "https://discord.com/api/webhooks/1234567890123456789/AbCdEfGhIjKlMnOpQrStUvWxYz-0123456789_abcdefghijklmnopqrstuvwxyzABCD"
@@ -74,7 +74,7 @@ def test_delivers_over_http_and_honours_a_429(firing: Notification) -> None:
         notifier = make_notifier(
             "discord", {"url": server.url + "/api/webhooks/123456789/tokenABC123", "allow_http": True}
         )
-        assert deliver(notifier, firing, NOW, timeout_s=5).ok
+        assert deliver(notifier, firing, NOW, timeout_s=5, targets=LOOPBACK).ok
     [request] = server.requests
     assert request.path == "/api/webhooks/123456789/tokenABC123"
     assert request.headers["content-type"] == "application/json"
@@ -84,5 +84,5 @@ def test_delivers_over_http_and_honours_a_429(firing: Notification) -> None:
         notifier = make_notifier(
             "discord", {"url": server.url + "/api/webhooks/123456789/tokenABC123", "allow_http": True}
         )
-        result = deliver(notifier, firing, NOW, timeout_s=5)
+        result = deliver(notifier, firing, NOW, timeout_s=5, targets=LOOPBACK)
     assert (result.ok, result.permanent, result.retry_after_s) == (False, False, 0.75)

@@ -9,7 +9,7 @@ import json
 
 from alerts.notifiers import Notification, deliver, make_notifier
 from alerts.notifiers.feishu import MAX_BODY_BYTES
-from tests.alerts.notifiers.recorder import RecordingServer
+from tests.alerts.notifiers.recorder import LOOPBACK, RecordingServer
 from tests.alerts.notifiers.samples import NOW, make_notification, many_alerts
 
 URL = "https://open.feishu.cn/open-apis/bot/v2/hook/5e3d587e-d78e-4a07-bd07-265f269f86fd"
@@ -87,7 +87,7 @@ def test_interpret_reads_code_in_the_body() -> None:
 def test_delivers_signed_card_over_http(firing: Notification) -> None:
     with RecordingServer(200, b'{"code":0,"data":{},"msg":"success"}') as server:
         config = {"url": server.url + "/open-apis/bot/v2/hook/5e3d587e-d78e", "secret": SECRET, "allow_http": True}
-        result = deliver(make_notifier("feishu", config), firing, NOW, timeout_s=5)
+        result = deliver(make_notifier("feishu", config), firing, NOW, timeout_s=5, targets=LOOPBACK)
     assert result.ok
     [request] = server.requests
     assert request.path == "/open-apis/bot/v2/hook/5e3d587e-d78e"
@@ -98,6 +98,8 @@ def test_delivers_signed_card_over_http(firing: Notification) -> None:
 
 def test_a_200_with_an_error_code_is_a_failure_on_the_wire(firing: Notification) -> None:
     with RecordingServer(200, b'{"code":9499,"msg":"Bad Request","data":{}}') as server:
-        result = deliver(make_notifier("feishu", {"url": server.url + "/hook", "allow_http": True}), firing, NOW)
+        result = deliver(
+            make_notifier("feishu", {"url": server.url + "/hook", "allow_http": True}), firing, NOW, targets=LOOPBACK
+        )
     assert (result.ok, result.permanent) == (False, True)
     assert "9499" in result.error

@@ -55,3 +55,24 @@ def test_braces_in_alert_text_are_sent_as_written(kind: str) -> None:
     body = make_notifier(kind, {"url": URLS[kind]}).build(make_notification(alert), NOW).body.decode()
     text = json.dumps(json.loads(body), ensure_ascii=False)
     assert "queue {depth} over {limit}" in text and "echo {state}" in text
+
+
+def test_a_group_of_several_alerts_is_a_short_list_each_linking_to_its_page() -> None:
+    assert render.alert_text(make_alert(), PLAIN, brief=True).splitlines() == [
+        "! FIRING P0 textcls p99 latency above 250 ms",
+        "value p99 412 ms > 250 ms",
+        "[Console](https://flightdeck.example/alerts/3f2a9c1b7d6e5a40) · [Runbook](https://runbooks.example/latency)",
+    ]
+
+
+@pytest.mark.parametrize("kind", sorted(URLS))
+def test_a_group_renders_every_alert_briefly_and_a_lone_alert_in_full(kind: str) -> None:
+    notifier = make_notifier(kind, {"url": URLS[kind]})
+    mlp = make_alert(fingerprint="b", annotations={"summary": "mlp p99 latency above 250 ms"})
+    group = json.dumps(
+        json.loads(notifier.build(make_notification(make_alert(), resolved_alert(fingerprint="c"), mlp), NOW).body),
+        ensure_ascii=False,
+    )
+    alone = json.dumps(json.loads(notifier.build(make_notification(make_alert()), NOW).body), ensure_ascii=False)
+    assert "mlp p99 latency" in group and group.count("textcls p99 latency") >= 2
+    assert "rollback.py" not in group and "rollback.py" in alone

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from alerts.notifiers import Notification, deliver, make_notifier
-from tests.alerts.notifiers.recorder import RecordingServer
+from tests.alerts.notifiers.recorder import LOOPBACK, RecordingServer
 from tests.alerts.notifiers.samples import NOW, make_notification, many_alerts
 
 KEY = "693a91f6-7xxx-4bc4-97a0-0ec2sifa5aaa"
@@ -58,7 +58,7 @@ def test_interpret_reads_errcode() -> None:
 def test_delivers_over_http(firing: Notification) -> None:
     with RecordingServer(200, b'{"errcode":0,"errmsg":"ok"}') as server:
         notifier = make_notifier("wecom", {"url": f"{server.url}/cgi-bin/webhook/send?key={KEY}", "allow_http": True})
-        result = deliver(notifier, firing, NOW, timeout_s=5)
+        result = deliver(notifier, firing, NOW, timeout_s=5, targets=LOOPBACK)
     assert result.ok
     [request] = server.requests
     assert request.path == f"/cgi-bin/webhook/send?key={KEY}"
@@ -67,5 +67,10 @@ def test_delivers_over_http(firing: Notification) -> None:
 
 def test_a_200_with_45009_is_retried_later_on_the_wire(firing: Notification) -> None:
     with RecordingServer(200, b'{"errcode":45009,"errmsg":"api freq out of limit"}') as server:
-        result = deliver(make_notifier("wecom", {"url": server.url + "/send?key=k", "allow_http": True}), firing, NOW)
+        result = deliver(
+            make_notifier("wecom", {"url": server.url + "/send?key=k", "allow_http": True}),
+            firing,
+            NOW,
+            targets=LOOPBACK,
+        )
     assert (result.ok, result.permanent, result.retry_after_s) == (False, False, 60.0)

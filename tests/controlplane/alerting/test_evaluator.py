@@ -11,9 +11,12 @@ from sqlalchemy import select
 
 from alerts.rules import LIVE_METRICS, load_rules
 from controlplane.alerting.evaluator import AlertEvaluator, EvaluatorSettings
+from controlplane.alerting.outbox import deliver_due
 from controlplane.history.query import METRICS
 from controlplane.models import AlertEvent, AlertRecord, OutboxMessage, Receiver, SilenceRecord
+from tests.alerts.notifiers.recorder import deliver_local
 from tests.controlplane.history.conftest import T0, latencies, slot_row
+from tests.servers import ChatServer
 
 RULES = Path(__file__).resolve().parents[3] / "alerts" / "rules"
 
@@ -27,12 +30,18 @@ class Clock:
 
 
 @pytest.fixture
-def evaluator(sessions):
+def chat():
+    with ChatServer() as server:
+        yield server
+
+
+@pytest.fixture
+def evaluator(sessions, chat):
     rules = [r for r in load_rules(RULES, [*METRICS, *LIVE_METRICS]) if r.name == "high_error_rate"]
     clock = Clock()
     with sessions() as s, s.begin():
-        s.add(Receiver(name="chat", kind="slack", config={"url": "https://hooks.example/x"}, severities=["P0", "P1"],
-                       matchers=[], enabled=True, created_at=T0))  # fmt: skip
+        s.add(Receiver(name="chat", kind="webhook", config={"url": chat.url, "allow_http": True},
+                       severities=["P0", "P1"], matchers=[], enabled=True, created_at=T0, group_wait_s=0))  # fmt: skip
     runs = []
     ev = AlertEvaluator(
         sessions, rules, EvaluatorSettings(console_url="http://console"), engine_ready=lambda: True,
@@ -47,7 +56,7 @@ def traffic(sessions, at, errors: int, n: int = 200) -> None:
         s.add(slot_row(at, latencies(int(at.timestamp()) % 1000, n), errors=errors))
 
 
-def test_errors_fire_after_for_queue_one_message_and_run_the_runbook_once(sessions, evaluator) -> None:
+def test_errors_fire_after_for_queue_one_message_and_run_the_runbook_once(sessions, evaluator, chat) -> None:
     ev, clock, runs = evaluator
     for minute in range(4):
         traffic(sessions, T0 + timedelta(minutes=minute, seconds=30), errors=40)
@@ -69,6 +78,7 @@ def test_errors_fire_after_for_queue_one_message_and_run_the_runbook_once(sessio
         kinds = [e.kind for e in s.scalars(select(AlertEvent).order_by(AlertEvent.id))]
     assert kinds == ["state", "state", "notified", "runbook"]
     assert runs == [("rollback", "textcls")]
+    assert deliver_due(sessions, now=clock.now, send=deliver_local)["sent"] == 1
     clock.now += timedelta(minutes=1)
     assert ev.run()["automatic"] == 0  # max_attempts 1: not run again
     # Healthy traffic resolves it and queues the resolved message.
@@ -80,6 +90,12 @@ def test_errors_fire_after_for_queue_one_message_and_run_the_runbook_once(sessio
         assert s.scalars(select(AlertRecord)).one().state == "resolved"
         statuses = [m.status for m in s.scalars(select(OutboxMessage).order_by(OutboxMessage.id))]
     assert statuses == ["firing", "resolved"]
+    assert deliver_due(sessions, now=clock.now, send=deliver_local)["sent"] == 1
+    assert [(m["status"], m["groupLabels"]) for m in chat.received] == [
+        ("firing", {"alertname": "high_error_rate"}),
+        ("resolved", {"alertname": "high_error_rate"}),
+    ]
+    assert chat.received[1]["groupKey"] == '{}/{severity=~"P0|P1"}:{alertname="high_error_rate"}'
 
 
 def test_bad_input_from_clients_never_fires_the_error_alert_nor_its_rollback(sessions, evaluator) -> None:
@@ -122,7 +138,7 @@ def test_a_failed_automatic_runbook_is_recorded_and_escalates_the_alert_to_p0(se
     rules = [replace(rules[0], automatic=replace(rules[0].automatic, enabled=True, max_attempts=1))]
     with sessions() as s, s.begin():
         s.add(Receiver(name="pager", kind="slack", config={"url": "https://hooks.example/x"}, severities=["P0"],
-                       matchers=[], enabled=True, created_at=T0))  # fmt: skip
+                       matchers=[], enabled=True, created_at=T0, group_wait_s=0))  # fmt: skip
         run = RunbookRun(runbook="shed_load", params={}, target="engine", trigger="alert", state="running",
                          requested_by="system", requested_at=T0)  # fmt: skip
         s.add(run)

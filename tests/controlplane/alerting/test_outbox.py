@@ -10,6 +10,7 @@ from sqlalchemy import select
 
 from controlplane.alerting.outbox import deliver_due
 from controlplane.models import OutboxMessage, Receiver
+from tests.alerts.notifiers.recorder import deliver_local
 from tests.controlplane.history.conftest import T0
 from tests.servers import ChatServer
 
@@ -31,15 +32,23 @@ def queue(sessions, url: str) -> None:
 def test_a_failing_receiver_delays_but_does_not_lose_the_message(sessions) -> None:
     with ChatServer(failures=2) as chat:
         queue(sessions, chat.url)
-        assert deliver_due(sessions, now=T0) == {"sent": 0, "retrying": 1, "failed": 0}
-        assert deliver_due(sessions, now=T0 + timedelta(seconds=60)) == {"sent": 0, "retrying": 0, "failed": 0}
+        assert deliver_due(sessions, now=T0, send=deliver_local) == {"sent": 0, "retrying": 1, "failed": 0}
+        assert deliver_due(sessions, now=T0 + timedelta(seconds=60), send=deliver_local) == {
+            "sent": 0,
+            "retrying": 0,
+            "failed": 0,
+        }
         with sessions() as s:
             first_retry = s.scalars(select(OutboxMessage)).one().next_attempt_at
         assert first_retry == T0 + timedelta(seconds=120)  # Retry-After beat the 30 s backoff
-        assert deliver_due(sessions, now=first_retry)["retrying"] == 1
+        assert deliver_due(sessions, now=first_retry, send=deliver_local)["retrying"] == 1
         with sessions() as s:
             message = s.scalars(select(OutboxMessage)).one()
-        assert deliver_due(sessions, now=message.next_attempt_at) == {"sent": 1, "retrying": 0, "failed": 0}
+        assert deliver_due(sessions, now=message.next_attempt_at, send=deliver_local) == {
+            "sent": 1,
+            "retrying": 0,
+            "failed": 0,
+        }
     (body,) = chat.received
     assert body["version"] == "4" and body["status"] == "firing"
     assert body["alerts"][0]["labels"]["model"] == "mlp" and body["alerts"][0]["fingerprint"]
@@ -52,7 +61,7 @@ def test_a_removed_receiver_fails_the_message_with_the_reason(sessions) -> None:
     queue(sessions, "http://127.0.0.1:9/hook")
     with sessions() as s, s.begin():
         s.delete(s.get(Receiver, "chat"))
-    assert deliver_due(sessions, now=T0) == {"sent": 0, "retrying": 0, "failed": 1}
+    assert deliver_due(sessions, now=T0, send=deliver_local) == {"sent": 0, "retrying": 0, "failed": 1}
     with sessions() as s:
         assert "missing or disabled" in s.scalars(select(OutboxMessage)).one().last_error
 
@@ -110,3 +119,44 @@ def test_messages_are_paced_to_the_services_documented_rate(sessions) -> None:
         assert {m.next_attempt_at for m in waiting} == {T0 + timedelta(seconds=60)}
         assert {m.attempts for m in waiting} == {0}
     assert deliver_due(sessions, now=T0 + timedelta(seconds=60), send=record)["sent"] == 5
+
+
+def queue_groups(sessions, url: str, groups: list[str]) -> None:
+    """Queue one firing message per group key for a webhook receiver, oldest first."""
+    with sessions() as s, s.begin():
+        s.add(Receiver(name="chat", kind="webhook", config={"url": url, "allow_http": True}, severities=["P0"],
+                       matchers=[], enabled=True, created_at=T0))  # fmt: skip
+        for group in groups:
+            alert = {"fingerprint": group, "name": "r", "severity": "P0", "status": "firing",
+                     "labels": {"alertname": "r", "model": group}, "starts_at": T0.isoformat()}  # fmt: skip
+            s.add(OutboxMessage(receiver="chat", group_key=group, status="firing", state="pending", attempts=0,
+                                next_attempt_at=T0, created_at=T0,
+                                payload={"receiver": "chat", "group_key": group, "status": "firing", "alerts": [alert]}))  # fmt: skip
+
+
+def test_a_429_with_retry_after_holds_every_group_of_the_receiver_then_sends_in_order(sessions) -> None:
+    from tests.alerts.notifiers.recorder import RecordingServer
+
+    answers = iter([(429, {"Retry-After": "90"}, b"slow down")])
+    with RecordingServer(answer=lambda _request: next(answers, (200, {}, b""))) as server:
+        queue_groups(sessions, server.url + "/hook", ["a", "b", "c"])
+        assert deliver_due(sessions, now=T0, send=deliver_local) == {"sent": 0, "retrying": 1, "failed": 0}
+        later = T0 + timedelta(seconds=60)
+        assert deliver_due(sessions, now=later, send=deliver_local) == {"sent": 0, "retrying": 0, "failed": 0}
+        assert deliver_due(sessions, now=T0 + timedelta(seconds=90), send=deliver_local)["sent"] == 3
+        models = [json.loads(r.body)["alerts"][0]["labels"]["model"] for r in server.requests]
+    assert models == ["a", "a", "b", "c"]  # nothing went while the service asked us to wait
+
+
+def test_a_later_message_of_a_group_waits_for_the_earlier_one(sessions) -> None:
+    from tests.alerts.notifiers.recorder import RecordingServer
+
+    answers = iter([(500, {}, b"oops")])  # no Retry-After: only this group waits, the receiver does not
+    with RecordingServer(answer=lambda _request: next(answers, (200, {}, b""))) as server:
+        queue_groups(sessions, server.url + "/hook", ["a", "a", "b"])
+        assert deliver_due(sessions, now=T0, send=deliver_local) == {"sent": 1, "retrying": 1, "failed": 0}
+        assert deliver_due(sessions, now=T0 + timedelta(seconds=30), send=deliver_local)["sent"] == 2
+        models = [json.loads(r.body)["alerts"][0]["labels"]["model"] for r in server.requests]
+    assert models == ["a", "b", "a", "a"]
+    with sessions() as s:
+        assert [m.state for m in s.scalars(select(OutboxMessage).order_by(OutboxMessage.id))] == ["sent"] * 3
