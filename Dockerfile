@@ -14,8 +14,10 @@ COPY dashboards/ dashboards/
 COPY runbooks/ runbooks/
 COPY migrations/ migrations/
 # NOTE: controlplane/gunicorn.conf.py is a link to ../gunicorn.conf.py; COPY keeps it a link, and the
-# wheel gets the file's content. `[cpu,postgres]`: ONNX Runtime for the CPU and the PostgreSQL driver.
-RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[cpu,postgres]"
+# wheel gets the file's content. EXTRAS `cpu,postgres`: ONNX Runtime for the CPU and the PostgreSQL driver;
+# `--build-arg EXTRAS=gpu,postgres` for onnxruntime-gpu (deploy/kubernetes/overlays/gpu).
+ARG EXTRAS=cpu,postgres
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[${EXTRAS}]"
 
 FROM python:${PYTHON_VERSION}-slim AS runtime
 ENV PYTHONDONTWRITEBYTECODE=1 \
