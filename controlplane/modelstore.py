@@ -1,4 +1,7 @@
-"""The data directory's models: the registry (HOME/registry) is the one store served versions come from.
+"""The data directory's models: the registry is the one store served versions come from.
+
+Its files are under HOME/registry, or in an S3-compatible bucket shared by every node
+(FLIGHTDECK_STORAGE_URL), each node loading from its own verified cache under HOME/cache.
 
 At start the home is prepared once (by the gunicorn master's `prepare` child, or by `build_services`):
 an old home's `HOME/models/<name>/<version>/` folders are pushed into the registry and the folder is
@@ -135,14 +138,20 @@ def seed_demo_models(settings: Settings, sessions: sessionmaker[Session], built:
 
 
 def prepare_store(settings: Settings, sessions: sessionmaker[Session]) -> None:
-    """Bring the registry up to date at start: migrate an old HOME/models, then the demo models on a first start."""
+    """Bring the registry up to date at start: an old HOME/models, the demo models on a first start, stale copies."""
+    from controlplane.registry.service import Registry
+
     prepare_home(settings)
     migrate_legacy_store(settings, sessions)
     seed_demo_models(settings, sessions)
+    Registry.for_settings(sessions, settings).prune_copies()
 
 
 def version_folder(settings: Settings, sessions: sessionmaker[Session], name: str, version: str) -> Path:
-    """Return a registry version's folder (model.onnx, manifest.json); NotFound if the registry lacks it."""
+    """Return a local folder of a registry version (model.onnx, manifest.json), fetched into the cache if stored in S3.
+
+    NotFound if the registry lacks it; StorageUnavailable if the object store cannot give it whole.
+    """
     from controlplane.registry.service import Registry
 
     registry = Registry.for_settings(sessions, settings)

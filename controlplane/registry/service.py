@@ -1,9 +1,11 @@
 """The registry service: push, list, show, tag and delete model versions.
 
-A version's files live in HOME/registry/<name>/<version>/ (model.onnx, manifest.json, external data,
-and the pushed archive as archive.tar.gz); its row in `model_versions`. A push is received into
-HOME/tmp/push-*/, validated there, then moved into place and recorded in one transaction, so a
-refused or failed push leaves no row, no files and nothing in HOME/tmp.
+A version's files (model.onnx, manifest.json, external data, and the pushed archive as
+archive.tar.gz) are kept by a `Storage`: HOME/registry/<name>/<version>/ by default, or an
+S3-compatible bucket every node shares (FLIGHTDECK_STORAGE_URL, see `storage`); its row in
+`model_versions`. A push is received into HOME/tmp/push-*/, validated there, then stored and
+recorded in one transaction, so a refused or failed push leaves no row, no files and nothing in
+HOME/tmp.
 """
 
 from __future__ import annotations
@@ -31,12 +33,15 @@ from controlplane.registry.archive import ARCHIVE_FILE, ArchiveLimits, extract_a
 from controlplane.registry.checks import (
     MANIFEST_FILE,
     MODEL_FILE,
+    Progress,
     check_model,
     external_data_locations,
+    no_progress,
     read_manifest,
 )
 from controlplane.registry.errors import ArchiveTooLarge, HashMismatch, InvalidArchive, RegistryError
 from controlplane.registry.plainstore import list_models, list_versions
+from controlplane.registry.storage import LocalStorage, Storage, parse_storage_url
 from serving.engine import read_manifest as read_store_manifest
 
 if TYPE_CHECKING:
@@ -81,15 +86,23 @@ def version_dict(row: ModelVersion, *, manifest: bool = False) -> dict[str, Any]
 class Registry:
     """Store immutable, validated model versions; each call runs in its own short session."""
 
-    def __init__(self, sessions: sessionmaker[Session], home: Path, limits: ArchiveLimits | None = None) -> None:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        home: Path,
+        limits: ArchiveLimits | None = None,
+        storage: Storage | None = None,
+    ) -> None:
         self._sessions = sessions
         self._home = Path(home)
         self._limits = limits or ArchiveLimits()
+        self._storage = storage or LocalStorage(self._home)
 
     @classmethod
     def for_settings(cls, sessions: sessionmaker[Session], settings: Settings) -> Registry:
-        """Return the registry under settings.home with the archive limits the settings give."""
-        return cls(sessions, settings.home, ArchiveLimits.from_settings(settings))
+        """Return the registry under settings.home with the archive limits and the storage the settings give."""
+        limits = ArchiveLimits.from_settings(settings)
+        return cls(sessions, settings.home, limits, _storage_for(settings, limits))
 
     @property
     def sessions(self) -> sessionmaker[Session]:
@@ -104,9 +117,18 @@ class Registry:
     def tmp(self) -> Path:
         return self._home / "tmp"
 
+    @property
+    def storage(self) -> Storage:
+        """Return where this registry keeps versions' files."""
+        return self._storage
+
     def folder(self, row: ModelVersion) -> Path:
-        """Return the folder holding a version's model.onnx and manifest.json (what Engine.load takes)."""
-        return self._home / row.path
+        """Return a local folder holding a version's model.onnx and manifest.json (what Engine.load takes).
+
+        With an object store this is the node's cached copy, verified (and fetched again if missing
+        or damaged) first; StorageUnavailable says why none could be had.
+        """
+        return self._storage.folder(row)
 
     # -- push ----------------------------------------------------------------------------
 
@@ -116,16 +138,18 @@ class Registry:
         actor: str,
         expected_sha256: str | None = None,
         audit: Audit | None = None,
+        progress: Progress = no_progress,
     ) -> tuple[ModelVersion, bool]:
         """Validate and store an archive (a path or a binary file object); return (version, created).
 
         Pushing the same archive again returns the stored version with created=False; a different
         archive under an existing name and version is a Conflict. `audit` records 'model.push' in
-        the same transaction as the row (and an 'error' event when the push is refused).
+        the same transaction as the row (and an 'error' event when the push is refused). `progress`
+        hears of bytes hashed, the unpacking, checks done and golden samples run (the CLI's bar).
         """
         found: dict[str, Any] = {}
         try:
-            return self._push(source, actor, expected_sha256, audit, found)
+            return self._push(source, actor, expected_sha256, audit, found, progress)
         except ApiError as exc:
             target = f"{found['name']}/{found['version']}" if "name" in found else ""
             detail = {k: v for k, v in found.items() if k in ("sha256", "size_bytes")}
@@ -139,6 +163,7 @@ class Registry:
         expected_sha256: str | None,
         audit: Audit | None,
         found: dict[str, Any],
+        progress: Progress,
     ) -> tuple[ModelVersion, bool]:
         expected = None if expected_sha256 is None else expected_sha256.strip().lower()
         if expected is not None and not _SHA256_RE.match(expected):
@@ -147,7 +172,7 @@ class Registry:
         work = Path(tempfile.mkdtemp(prefix="push-", dir=self.tmp))
         try:
             upload = work / ARCHIVE_FILE
-            found["sha256"], found["size_bytes"] = digest, size = self._receive(source, upload)
+            found["sha256"], found["size_bytes"] = digest, size = self._receive(source, upload, progress)
             if expected is not None and expected != digest:
                 raise HashMismatch(f"archive SHA-256 is {digest} but {expected} was expected")
             with self._sessions() as session:
@@ -157,11 +182,13 @@ class Registry:
                         audit(session, "model.push", f"{same.name}/{same.version}", "ok", _push_detail(same, False))
                         session.commit()
                     return same, False
+            progress("unpacking", 0, 1)
             folder = extract_archive(upload, work, self._limits)
+            progress("unpacking", 1, 1)
             manifest = read_manifest(folder)
             found["name"], found["version"] = manifest["name"], manifest["version"]
             self._refuse_existing(manifest["name"], manifest["version"], digest)
-            golden = check_model(folder, manifest)
+            golden = check_model(folder, manifest, progress)
             os.replace(upload, folder / ARCHIVE_FILE)
             return self._store(folder, manifest, digest, size, actor, golden, audit)
         finally:
@@ -174,10 +201,12 @@ class Registry:
             audit(session, action, target, "error", detail)
             session.commit()
 
-    def _receive(self, source: BinaryIO | str | Path, dest: Path) -> tuple[str, int]:
+    def _receive(self, source: BinaryIO | str | Path, dest: Path, progress: Progress) -> tuple[str, int]:
         digest = hashlib.sha256()
         size = 0
         limit = self._limits.max_archive_bytes
+        # A file's size is known up front; a stream's is not (0: the bar shows bytes only).
+        total = os.path.getsize(source) if isinstance(source, str | Path) else 0
         with ExitStack() as stack:
             reader = stack.enter_context(open(source, "rb")) if isinstance(source, str | Path) else source
             out = stack.enter_context(open(dest, "wb"))
@@ -187,6 +216,7 @@ class Registry:
                     raise ArchiveTooLarge(f"archive is over the limit of {limit} bytes (FLIGHTDECK_MAX_ARCHIVE_BYTES)")
                 digest.update(chunk)
                 out.write(chunk)
+                progress("hashing", size, total)
         if size == 0:
             raise InvalidArchive("archive is empty")
         return digest.hexdigest(), size
@@ -208,8 +238,7 @@ class Registry:
         audit: Audit | None,
     ) -> tuple[ModelVersion, bool]:
         name, version = manifest["name"], manifest["version"]
-        relative = Path("registry") / name / version
-        final = self._home / relative
+        relative = Path("registry") / name / version  # the local folder (LocalStorage) under HOME
         description = manifest.get("description") or str(manifest.get("metadata", {}).get("description", ""))
         row = ModelVersion(
             name=name,
@@ -224,28 +253,47 @@ class Registry:
             golden_passed=golden,
             description=description[:4096],
         )
+        # NOTE: uploaded before the row's lock is taken, so a long upload blocks no other writer;
+        # object keys carry the SHA-256, so a racing push of other bytes cannot overwrite these.
+        try:
+            self._storage.publish(row, folder)
+            stored = self._commit(row, folder, audit)
+        except BaseException:
+            self._withdraw_unless_stored(row)
+            raise
+        if stored[1]:
+            log.info("registry: %s pushed %s version %s (sha256 %s, %d bytes)", actor, name, version, digest, size)
+        return stored
+
+    def _commit(self, row: ModelVersion, folder: Path, audit: Audit | None) -> tuple[ModelVersion, bool]:
         with self._sessions() as session:
             session.add(row)
             try:
                 # NOTE: the flushed insert holds the (name, version) slot until commit (SQLite's write
-                # lock, PostgreSQL's unique index), so only one pusher moves files into `final` at a time.
+                # lock, PostgreSQL's unique index), so only one pusher moves files into place at a time.
                 session.flush()
             except IntegrityError:
                 session.rollback()
-                return self._after_race(name, version, digest)
+                return self._after_race(row.name, row.version, row.sha256)
             if audit is not None:
-                audit(session, "model.push", f"{name}/{version}", "ok", _push_detail(row, True))
-            final.parent.mkdir(parents=True, exist_ok=True)
-            if final.exists():  # left behind by a process that died between the move and the commit
-                self._discard(final)
-            os.rename(folder, final)
+                audit(session, "model.push", f"{row.name}/{row.version}", "ok", _push_detail(row, True))
+            undo = self._storage.place(row, folder)
             try:
                 session.commit()
             except BaseException:
-                shutil.rmtree(final, ignore_errors=True)
+                undo()
                 raise
-        log.info("registry: %s pushed %s version %s (sha256 %s, %d bytes)", actor, name, version, digest, size)
         return row, True
+
+    def _withdraw_unless_stored(self, row: ModelVersion) -> None:
+        """After a push that did not commit, remove its objects unless a committed row holds the same archive."""
+        try:
+            with self._sessions() as session:
+                query = select(ModelVersion.id).where(ModelVersion.sha256 == row.sha256)
+                if session.scalars(query).first() is None:
+                    self._storage.withdraw(row)
+        except Exception:
+            log.warning("registry: could not remove what a failed push of %s stored", row.sha256, exc_info=True)
 
     def _after_race(self, name: str, version: str, digest: str) -> tuple[ModelVersion, bool]:
         with self._sessions() as session:
@@ -255,11 +303,6 @@ class Registry:
         if existing.sha256 != digest:
             raise _conflict(existing, digest)
         return existing, False
-
-    def _discard(self, folder: Path) -> None:
-        trash = Path(tempfile.mkdtemp(prefix="discard-", dir=self.tmp))
-        os.rename(folder, trash / "old")
-        shutil.rmtree(trash, ignore_errors=True)
 
     # -- read ----------------------------------------------------------------------------
 
@@ -292,6 +335,17 @@ class Registry:
         if row is None:
             raise NotFound(f"model '{name}' has no version or tag '{ref}' in the registry")
         return row
+
+    def prune_copies(self) -> list[str]:
+        """Drop this node's cached copies of deleted versions (a delete on another node leaves them); return their SHA-256s."""
+        with self._sessions() as session:
+            kept = set(session.scalars(select(ModelVersion.sha256)))
+        gone = self._storage.prune(kept)
+        if gone:
+            log.info(
+                "registry: dropped %d cached copies of deleted versions from %s", len(gone), self._storage.describe()
+            )
+        return gone
 
     @staticmethod
     def _find(session: Session, name: str, version: str) -> ModelVersion | None:
@@ -360,21 +414,8 @@ class Registry:
             if audit is not None:
                 audit(session, "model.delete", f"{name}/{version}", "ok", {"sha256": row.sha256})
             session.flush()
-            folder = self.folder(row)
-            trash = Path(tempfile.mkdtemp(prefix="delete-", dir=self.tmp))
-            try:
-                # NOTE: moved aside under the transaction's lock, and back if the commit fails.
-                moved = folder.exists()
-                if moved:
-                    os.rename(folder, trash / "version")
-                try:
-                    session.commit()
-                except BaseException:
-                    if moved:
-                        os.rename(trash / "version", folder)
-                    raise
-            finally:
-                shutil.rmtree(trash, ignore_errors=True)
+            with self._storage.removing(row):  # NOTE: files go with the commit, and stay if it fails
+                session.commit()
         log.info("registry: %s deleted %s version %s (sha256 %s)", actor, name, version, row.sha256)
         return row
 
@@ -409,6 +450,19 @@ class Registry:
                 finally:
                     shutil.rmtree(work, ignore_errors=True)
         return results
+
+
+def _storage_for(settings: Settings, limits: ArchiveLimits) -> Storage:
+    """Return the storage FLIGHTDECK_STORAGE_URL names: a bucket with a cache under HOME/cache, or the local disk."""
+    url = parse_storage_url(settings.storage_url)
+    if url is None:
+        return LocalStorage(settings.home)
+    # NOTE: imported here: boto3 is the optional `s3` extra, and a node on its local disk never needs it.
+    from controlplane.registry.cache import VersionCache
+    from controlplane.registry.s3storage import S3Storage
+
+    cache = VersionCache(settings.home / "cache" / "models", limits)
+    return S3Storage(url, cache, endpoint_url=settings.storage_endpoint_url or None)
 
 
 def _store_files(source: Path) -> dict[str, Path]:
