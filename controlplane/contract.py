@@ -27,6 +27,7 @@ from typing import Annotated, Any, TypeVar
 from flask import Response, current_app, request
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic.json_schema import SkipJsonSchema
+from werkzeug.routing import IntegerConverter, Map
 
 from controlplane.errors import ApiError
 
@@ -34,6 +35,14 @@ CONTRACT = "flightdeck_contract"  # attribute on a view: its Contract
 JSON = "application/json"
 
 View = TypeVar("View", bound=Callable[..., Any])
+MAX_ROW_ID = 2**63 - 1  # the largest database id (SQLite and PostgreSQL BIGINT)
+
+
+class RowIdConverter(IntegerConverter):
+    """`<int:...>` in a route: an id that fits the database, so a larger one is a 404, never an overflow (a 500)."""
+
+    def __init__(self, map: Map, fixed_digits: int = 0, min: int | None = None, max: int | None = MAX_ROW_ID) -> None:  # noqa: A002 - werkzeug's names
+        super().__init__(map, fixed_digits=fixed_digits, min=min, max=max)
 
 
 class RequestBody(BaseModel):

@@ -25,7 +25,7 @@ from pydantic.json_schema import JsonSchemaMode
 from controlplane import __version__
 from controlplane.auth.guard import ACCESS, MUTATING, OPEN_READS, PUBLIC, public
 from controlplane.auth.roles import Role
-from controlplane.contract import CONTRACT, JSON, Contract, operation
+from controlplane.contract import CONTRACT, JSON, MAX_ROW_ID, Contract, operation
 from controlplane.schemas import ErrorEnvelope, OipError
 
 bp = Blueprint("openapi", __name__)
@@ -44,7 +44,11 @@ SECURITY_SCHEMES = {
         "description": "The cookie POST /api/session sets; writes also need the X-CSRF-Token header",
     },
 }
-_CONVERTERS = {"int": {"type": "integer"}, "float": {"type": "number"}, "path": {"type": "string"}}
+_CONVERTERS = {
+    "int": {"type": "integer", "minimum": 0, "maximum": MAX_ROW_ID},
+    "float": {"type": "number"},
+    "path": {"type": "string"},
+}
 
 
 def _openapi_path(rule: str) -> str:
@@ -261,7 +265,7 @@ def docs() -> str:
 
 @bp.get("/api/docs/assets/<path:filename>")
 @public
-@operation(media="application/octet-stream", runtime=False)
+@operation(media="application/octet-stream", runtime=False, errors={404: "No such file"})
 def docs_asset(filename: str) -> Response:
     """Swagger UI's files"""
     if filename == "start.js":

@@ -88,8 +88,16 @@ def app_config(home: Path) -> dict:
     Reads are open here so that tests about serving, history or rollouts can GET without a token;
     access control is tested in tests/controlplane/auth, against the product default (reads need a viewer).
     No demo seeding: `home` already holds the demo models, and a home a test empties stays empty.
+    Receivers may reach 127.0.0.1, where the tests' chat servers listen (the product refuses loopback).
     """
-    return {"home": str(home), "scheduler": False, "log_sample_rate": 1.0, "auth_reads": False, "demo_models": False}
+    return {
+        "home": str(home),
+        "scheduler": False,
+        "log_sample_rate": 1.0,
+        "auth_reads": False,
+        "demo_models": False,
+        "receiver_allow": "127.0.0.1",
+    }
 
 
 @pytest.fixture

@@ -92,6 +92,7 @@ def start_server(home: Path, env: dict[str, str] | None = None, ready_timeout: f
         "FLIGHTDECK_HOST": "127.0.0.1",
         "FLIGHTDECK_PORT": str(port),
         "FLIGHTDECK_DEMO_MODELS": "false",
+        "FLIGHTDECK_RECEIVER_ALLOW": "127.0.0.1",  # the tests' chat receivers listen on loopback
         **(env or {}),
     }
     environment.pop("PROMETHEUS_MULTIPROC_DIR", None)

@@ -50,7 +50,7 @@ class SeriesQuery(TimeRange):
     """One metric over a range, a point per step, optionally for one model, version or slot."""
 
     metric: Metric = Field(description="a name from GET /api/history/metrics")
-    step: int = Field(60, ge=1, description="seconds per point")
+    step: int = Field(60, ge=1, le=366 * 86400, description="seconds per point")  # bounded: a huge one overflowed
     model: str | None = Field(None, description="only this model")
     version: str | None = Field(None, description="only this version")
     slot: Slot | None = Field(None, description="only this slot")

@@ -78,9 +78,10 @@ class DeployRequest(RequestBody):
 class BatchingChange(RequestBody):
     """New engine-wide batching limits; null hands a limit back to each process's own setting."""
 
-    max_batch_size: int | None = Field(None, ge=1)
-    max_queue_delay_ms: float | None = Field(None, ge=0, allow_inf_nan=False)
-    max_queue_size: int | None = Field(None, ge=1)
+    # NOTE: bounded: an unbounded integer overflowed the database column (a 500 the fuzz run found).
+    max_batch_size: int | None = Field(None, ge=1, le=65_536)
+    max_queue_delay_ms: float | None = Field(None, ge=0, le=60_000, allow_inf_nan=False)
+    max_queue_size: int | None = Field(None, ge=1, le=1_048_576)
 
     @model_validator(mode="after")
     def _something_to_change(self) -> BatchingChange:
@@ -167,6 +168,7 @@ class SlotReport(Reply):
     """What one process reports for one slot."""
 
     process: str
+    node: str = Field(description="the node the process runs on (FLIGHTDECK_NODE; process names are NODE:PID)")
     slot: Slot
     version: str | None
     state: Literal["loaded", "failed", "empty"]
@@ -214,6 +216,7 @@ class EngineProcessView(Reply):
     """What one serving process has applied."""
 
     process: str
+    node: str = Field(description="the node the process runs on (FLIGHTDECK_NODE; process names are NODE:PID)")
     generation: int
     compact_generation: int
     error: str
