@@ -52,8 +52,12 @@ class DeployRequest(RequestBody):
     strategy: DeployStrategy = Field(
         Strategy.CANARY.value, description="canary: steps with analysis; bluegreen: verify, then all traffic"
     )
-    steps: list[Annotated[int, Field(ge=1, le=100)]] | None = Field(
-        None, description="a canary's traffic percentages, rising to 100 (default 5, 25, 50, 100)"
+    # NOTE: the bounds are documented here and checked by the service, whose refusal names the whole rule
+    # ("must rise to 100, each between 1 and 100") and is audited as the rollout's own error.
+    steps: list[int] | None = Field(
+        None,
+        description="a canary's traffic percentages, rising to 100 (default 5, 25, 50, 100)",
+        json_schema_extra={"items": {"type": "integer", "minimum": 1, "maximum": 100}},
     )
     pause_s: float | None = Field(
         None, ge=0, description="seconds each step runs before its analysis (default: settings)"

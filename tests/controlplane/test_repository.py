@@ -71,8 +71,13 @@ def test_tritonclient_index_load_and_unload_drive_the_served_set(repository_serv
         deployment = requests.get(f"{server.url}/api/models/adder/deployment", headers=auth).json()
         assert deployment["slots"]["blue"] == {"version": "1", "weight": 100}
         wait_until(lambda: ready_everywhere(server, "adder") == {200}, 30, "adder ready in both workers")
-        processes = requests.get(f"{server.url}/api/models/adder/deployment", headers=auth).json()["processes"]
-        assert len({p["process"] for p in processes if p["slot"] == "blue" and p["state"] == "loaded"}) == 2
+
+        def loaded_in() -> set[str]:
+            processes = requests.get(f"{server.url}/api/models/adder/deployment", headers=auth).json()["processes"]
+            return {p["process"] for p in processes if p["slot"] == "blue" and p["state"] == "loaded"}
+
+        # NOTE: a worker reports its slot after it starts serving it; sampled readiness can see it first.
+        wait_until(lambda: len(loaded_in()) == 2, 30, "both workers report adder loaded")
         x = np.array([[1, 2, 3, 4], [5, 6, 7, 8]], dtype=np.float32)
         for _ in range(6):
             result = triton.infer("adder", [adder_input(x)])
