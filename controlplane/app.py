@@ -13,6 +13,7 @@ from controlplane.alerting import api as alerts_api
 from controlplane.auth import api as auth_api
 from controlplane.auth.session_secret import session_secret
 from controlplane.config import Settings, load_settings
+from controlplane.contract import RowIdConverter
 from controlplane.history import api as history_api
 from controlplane.history import slo_api
 from controlplane.logconfig import configure_logging
@@ -34,6 +35,7 @@ def create_app(config: Mapping[str, Any] | None = None, services: Services | Non
     app = Flask(__name__)
     app.config["SECRET_KEY"] = session_secret(settings)  # configured, or generated once into HOME
     app.config["MAX_CONTENT_LENGTH"] = MAX_API_BODY_BYTES
+    app.url_map.converters["int"] = RowIdConverter  # NOTE: before the blueprints: rules bind their converters
     app.extensions[context.KEY] = services or build_services(settings)
     db.init_app(app)
     errors.register_handlers(app)

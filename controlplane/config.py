@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import tomllib
 from collections.abc import Mapping
 from datetime import timedelta
@@ -41,6 +42,7 @@ WEAK_SECRETS = frozenset(
 MASK = "********"
 _URL_PASSWORD = re.compile(r"^(?P<head>[A-Za-z][\w+.-]*://[^:/@]*):[^@]*@")
 
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")  # a host or pod name: safe in labels and NODE:PID
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
@@ -165,6 +167,17 @@ class Settings(BaseSettings):
     max_unpacked_bytes: int = _setting(
         4 * 1024**3, "Most bytes a model archive may unpack to, all files together (checked before unpacking).", ge=1
     )
+    storage_url: str = _setting(
+        "",
+        "Where pushed archives and their unpacked files are kept: empty for HOME/registry on this disk, or "
+        "s3://bucket/prefix for an S3-compatible bucket every node shares (needs the s3 extra; credentials and "
+        "region from the usual AWS_* variables). Each node then keeps a SHA-256-verified copy under HOME/cache.",
+    )
+    storage_endpoint_url: str = _setting(
+        "",
+        "S3 API address of an S3-compatible store (MinIO, Ceph, ...), e.g. http://minio:9000; empty: AWS's own, "
+        "or AWS_ENDPOINT_URL.",
+    )
     inference_auth: bool = _setting(
         False, "Require an API token (any role) on every /v2 request except /v2/health/*; refusals get 401."
     )
@@ -200,13 +213,31 @@ class Settings(BaseSettings):
     alert_interval_s: float = _setting(15.0, "How often the scheduler leader evaluates alert rules.", gt=0)
     outbox_interval_s: float = _setting(5.0, "How often the scheduler leader delivers due alert notifications.", gt=0)
     outbox_backoff_s: float = _setting(30.0, "First retry delay of a failed notification; doubles up to an hour.", ge=0)
-    alert_repeat_h: float = _setting(4.0, "Hours before a still-firing, unacknowledged alert is sent again.", ge=0)
+    alert_repeat_h: float = _setting(
+        4.0,
+        "Hours before a still-firing, unacknowledged alert group is sent again, for receivers without their own "
+        "repeat_interval.",
+        ge=0,
+    )
     alert_rules_dir: str = _setting("", "Folder of alert rule YAML files (empty: the shipped alerts/rules).")
     reconcile_poll_ms: float = _setting(
         25.0,
-        "How often a process looks for desired state others wrote when nothing woke it: every poll on PostgreSQL; "
-        "on SQLite only for 0.2 s after an inotify wake-up, or always where inotify is missing (a change-counter read).",
+        "How often a process looks for desired state others wrote when nothing woke it, on SQLite: for 0.2 s after "
+        "an inotify wake-up, or always where inotify is missing (a change-counter read). PostgreSQL uses "
+        "LISTEN/NOTIFY and RECONCILE_SAFETY_POLL_S instead (at least 1 s where LISTEN is unavailable).",
         gt=0,
+    )
+    reconcile_safety_poll_s: float = _setting(
+        5.0,
+        "On PostgreSQL, how often a node reads the desired state although no NOTIFY woke it: the safety net for a "
+        "notification lost with a dropped connection.",
+        ge=1,
+        le=5,
+    )
+    node: str = _setting(
+        "",
+        "This node's name: the `node` label on every metric and the prefix of its processes' names (NODE:PID) in "
+        "history and status rows. Empty: the host name (a Kubernetes pod's name).",
     )
     rollout_tick_s: float = _setting(1.0, "How often the scheduler leader advances rollouts (steps, analysis).", gt=0)
     rollout_pause_s: float = _setting(60.0, "Default time a canary step takes traffic before it is analysed.", ge=0)
@@ -234,6 +265,28 @@ class Settings(BaseSettings):
                 f"(python -c 'import secrets; print(secrets.token_urlsafe(48))'), or leave it unset to have one "
                 "generated into HOME/session-secret"
             )
+        return value
+
+    @field_validator("storage_url")
+    @classmethod
+    def _storage_url_parses(cls, value: str) -> str:
+        from controlplane.registry.storage import parse_storage_url
+
+        parse_storage_url(value)  # ValueError says what an s3:// URL must look like
+        return value
+
+    @field_validator("storage_endpoint_url")
+    @classmethod
+    def _endpoint_is_http(cls, value: str) -> str:
+        if value and not re.match(r"^https?://[^/\s]+/?$", value):
+            raise ValueError("must be http(s)://host[:port], or empty")
+        return value
+
+    @field_validator("node")
+    @classmethod
+    def _node_is_a_name(cls, value: str) -> str:
+        if value and not _NODE_NAME.fullmatch(value):
+            raise ValueError("must be 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit")
         return value
 
     @field_validator("receiver_allow")
@@ -310,6 +363,11 @@ class Settings(BaseSettings):
         from alerts.notifiers.targets import TargetPolicy  # noqa: F811
 
         return TargetPolicy.parse(self.receiver_allow)
+
+    @property
+    def node_name(self) -> str:
+        """Return NODE, or the host name when it is empty."""
+        return self.node or socket.gethostname()
 
     @property
     def served_models(self) -> frozenset[str]:

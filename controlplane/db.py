@@ -12,6 +12,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.context import current_services
+from controlplane.rollout.changes import announce_desired_changes
 
 SQLITE_BUSY_TIMEOUT_MS = 5000
 
@@ -80,5 +81,8 @@ def init_app(app: Flask) -> None:
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:
-    """Return the session factory bound to an engine."""
-    return sessionmaker(engine, expire_on_commit=False)
+    """Return the session factory bound to an engine; on PostgreSQL its desired-state writes NOTIFY."""
+    factory = sessionmaker(engine, expire_on_commit=False)
+    if engine.dialect.name == "postgresql":
+        announce_desired_changes(factory)  # every node's reconciler wakes when the write commits
+    return factory

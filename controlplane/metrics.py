@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from controlplane.metricsflush import Buffer, flush_all
 from serving.batching import RequestOutcome
 from serving.errors import ModelNotFound
 from serving.telemetry import sample_gpus
@@ -118,38 +119,45 @@ NOTIFICATIONS = Counter(
 
 
 class SlotMetrics:
-    """The engine's observer for one loaded version, with label children bound once."""
+    """The engine's observer for one loaded version: counted in memory, written by `metricsflush` (<= 0.5 s)."""
 
     def __init__(self, model: str, version: str, slot: str) -> None:
         labels = (model, version, slot)
-        self._outcomes = {o: REQUESTS.labels(*labels, o.value) for o in RequestOutcome}
-        self._queue = QUEUE_SECONDS.labels(*labels)
-        self._compute = COMPUTE_SECONDS.labels(*labels)
-        self._total = REQUEST_SECONDS.labels(*labels)
-        self._batch = BATCH_SIZE.labels(*labels)
-        self._inferences = INFERENCES.labels(*labels)
-        self._executions = EXECUTIONS.labels(*labels)
-        self._real = TOKENS.labels(*labels, "real")
-        self._padded = TOKENS.labels(*labels, "padded")
-        self._depth = QUEUE_DEPTH.labels(*labels)
+        buffer = self._buffer = Buffer(self)
+        self._lock = buffer.lock
+        self._outcomes = {o: buffer.count(REQUESTS.labels(*labels, o.value)) for o in RequestOutcome}
+        self._queue = buffer.observations(QUEUE_SECONDS.labels(*labels))
+        self._compute = buffer.observations(COMPUTE_SECONDS.labels(*labels))
+        self._total = buffer.observations(REQUEST_SECONDS.labels(*labels))
+        self._batch = buffer.observations(BATCH_SIZE.labels(*labels))
+        self._inferences = buffer.count(INFERENCES.labels(*labels))
+        self._executions = buffer.count(EXECUTIONS.labels(*labels))
+        self._real = buffer.count(TOKENS.labels(*labels, "real"))
+        self._padded = buffer.count(TOKENS.labels(*labels, "padded"))
+        self._depth = buffer.level(QUEUE_DEPTH.labels(*labels))
 
     def request_done(self, outcome: RequestOutcome, queue_s: float, compute_s: float, total_s: float) -> None:
-        self._outcomes[outcome].inc()
-        if outcome in (RequestOutcome.SUCCESS, RequestOutcome.ERROR, RequestOutcome.CLIENT_ERROR):
-            self._queue.observe(queue_s)
-            self._compute.observe(compute_s)
-            self._total.observe(total_s)
+        with self._lock:
+            self._outcomes[outcome].n += 1
+            if outcome in _RAN:
+                self._queue.observe(queue_s)
+                self._compute.observe(compute_s)
+                self._total.observe(total_s)
 
     def batch_done(self, size: int, real_tokens: int, padded_tokens: int, compute_s: float) -> None:
-        self._batch.observe(size)
-        self._executions.inc()
-        self._inferences.inc(size)
-        if padded_tokens:
-            self._real.inc(real_tokens)
-            self._padded.inc(padded_tokens)
+        with self._lock:
+            self._batch.observe(size)
+            self._executions.n += 1
+            self._inferences.n += size
+            if padded_tokens:
+                self._real.n += real_tokens
+                self._padded.n += padded_tokens
 
     def queue_changed(self, depth: int) -> None:
-        self._depth.set(depth)
+        self._depth.value = depth  # NOTE: one assignment, atomic under the GIL: no lock needed
+
+
+_RAN = frozenset((RequestOutcome.SUCCESS, RequestOutcome.ERROR, RequestOutcome.CLIENT_ERROR))
 
 
 def record_invalid(model: str) -> None:
@@ -197,6 +205,7 @@ class _NodeLabelled:
 
 def render(node: str) -> bytes:
     """Render every metric with a `node` label, aggregated over worker processes when running under gunicorn."""
+    flush_all()  # this process's counts are current; other workers' are at most metricsflush.FLUSH_INTERVAL_S late
     path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     source: Collector = _SettledFilesCollector(path) if path else DEFAULT_REGISTRY
     registry = CollectorRegistry(auto_describe=False)

@@ -42,7 +42,7 @@ def prometheus_metrics() -> Response:
     """Prometheus metrics of every process of this server (text exposition format)"""
     services = current_services()
     services.refresh_gauges()
-    return Response(metrics.render(), mimetype=CONTENT_TYPE_LATEST)
+    return Response(metrics.render(services.settings.node_name), mimetype=CONTENT_TYPE_LATEST)
 
 
 @bp.get("/api/engine")

@@ -2,7 +2,11 @@
 
 Every process (gunicorn worker, node) runs a scheduler; a row in `leases` elects one of them to
 run the cluster-wide jobs, so several workers or nodes sharing a database never run them twice.
-If the leader dies its lease expires and another process takes over.
+If the leader dies (even by SIGKILL, releasing nothing) its lease expires and another process
+takes over within the lease time: a follower that found the lease held tries again at the moment
+it expires, not only on its next renewal tick. A leader that cannot renew stops acting as one
+before its lease can expire, so two leaders never overlap (given clocks that agree within
+`CLOCK_MARGIN_S`).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -22,6 +27,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from controlplane.models import Lease
 
 log = logging.getLogger(__name__)
+
+CLOCK_MARGIN_S = 1.0  # how far nodes' clocks may disagree before a lease could be held twice
+TAKEOVER_JOB = "lease-takeover"
 
 Clock = Callable[[], datetime]
 
@@ -65,26 +73,55 @@ class LeaderScheduler:
 
     LEASE = "scheduler"
 
-    def __init__(self, sessions: sessionmaker[Session], ttl_s: float, clock: Clock = utcnow) -> None:
+    def __init__(
+        self, sessions: sessionmaker[Session], ttl_s: float, clock: Clock = utcnow, process: str | None = None
+    ) -> None:
         self._sessions = sessions
         self._ttl_s = ttl_s
         self._clock = clock
-        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.is_leader = False
+        process = process or f"{socket.gethostname()}:{os.getpid()}"
+        self.holder = f"{process}:{uuid.uuid4().hex[:8]}"
+        self._leader = False
+        self._leads_until = 0.0  # time.monotonic() after which this process stops acting as leader
         self._scheduler = BackgroundScheduler(timezone=UTC, job_defaults={"coalesce": True, "max_instances": 1})
+
+    @property
+    def is_leader(self) -> bool:
+        """Return whether this process holds the lease and it cannot have expired yet."""
+        # NOTE: a renewal that stalls (database down, process paused) must not leave two leaders: ours
+        # ends, by our own monotonic clock, before the lease's expiry that another process waits for.
+        return self._leader and time.monotonic() < self._leads_until
 
     def renew(self) -> bool:
         """Take or keep the lease; return whether this process leads."""
+        started = time.monotonic()
+        expires_at = None
         try:
             with self._sessions() as session:
-                leader = try_acquire(session, self.LEASE, self.holder, self._ttl_s, self._clock())
+                now = self._clock()
+                leader = try_acquire(session, self.LEASE, self.holder, self._ttl_s, now)
+                if not leader:
+                    lease = session.get(Lease, self.LEASE)
+                    expires_at = lease.expires_at if lease is not None else None
         except Exception:
             log.exception("lease renewal failed; acting as follower")
             leader = False
-        if leader != self.is_leader:
+        if leader:
+            self._leads_until = started + self._ttl_s - min(CLOCK_MARGIN_S, self._ttl_s / 4)
+        if leader != self._leader:
             log.info("scheduler %s %s the lease", self.holder, "took" if leader else "lost")
-        self.is_leader = leader
+        self._leader = leader
+        if expires_at is not None:
+            self._try_again_at(expires_at)
         return leader
+
+    def _try_again_at(self, expires_at: datetime) -> None:
+        """Try for the lease once more the moment it expires, when that is before the next renewal tick."""
+        wait_s = (expires_at - self._clock()).total_seconds() + 0.05
+        if not self._scheduler.running or wait_s >= max(self._ttl_s / 3, 0.5):
+            return
+        run_date = utcnow() + timedelta(seconds=max(wait_s, 0))
+        self._scheduler.add_job(self.renew, "date", run_date=run_date, id=TAKEOVER_JOB, replace_existing=True)
 
     def add_local_job(self, func: Callable[[], None], seconds: float, job_id: str) -> None:
         """Run `func` every `seconds` in this process; APScheduler's messages call it `job_id` ("alert-evaluator")."""
@@ -117,7 +154,8 @@ class LeaderScheduler:
         """Stop the timers and hand the lease on."""
         if self._scheduler.running:
             self._scheduler.shutdown(wait=False)
-        if self.is_leader:
+        if self._leader:
             with self._sessions() as session:
                 release(session, self.LEASE, self.holder)
-            self.is_leader = False
+            self._leader = False
+            log.info("scheduler %s released the lease", self.holder)

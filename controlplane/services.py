@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -30,7 +29,7 @@ from controlplane.history.query import METRICS
 from controlplane.history.retention import apply_retention
 from controlplane.history.sampler import HistorySampler
 from controlplane.history.service import HistoryService
-from controlplane.modelstore import prepare_store, version_folder
+from controlplane.modelstore import prepare_store
 from controlplane.registry.service import Registry
 from controlplane.rollout.audit import system_audit
 from controlplane.rollout.controller import tick
@@ -119,10 +118,14 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
     sessions = session_factory(db)
     # NOTE: under gunicorn the master's `prepare` child already did this, so each worker finds nothing to do.
     prepare_store(settings, sessions)
-    process = f"{socket.gethostname()}:{os.getpid()}"
+    process = f"{settings.node_name}:{os.getpid()}"  # NODE:PID: the history and status rows group by node
+
+    # NOTE: one registry (and so one S3 client and cache) for every load this process makes.
+    registry = Registry.for_settings(sessions, settings)
+    log.info("model versions are stored in %s", registry.storage.describe())
 
     def locate(name: str, version: str) -> Path:
-        return version_folder(settings, sessions, name, version)
+        return registry.folder(registry.get(name, version))
 
     serving_gauges = metrics.ServingGauges(engine)
     reconciler = Reconciler(
@@ -134,6 +137,7 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         # The served set is the deployments table; this node may take part of it.
         models=set(settings.served_models) or None,
         on_changed=serving_gauges.publish,
+        safety_poll_s=settings.reconcile_safety_poll_s,
     )
     reconciler.start()  # the first pass is synchronous: the models are loaded before the app serves
     sampler = HistorySampler(engine, sessions, process=process)
@@ -160,14 +164,14 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         sampler=sampler,
         reconciler=reconciler,
         locate=locate,
-        registry=Registry.for_settings(sessions, settings),
+        registry=registry,
         alerts=evaluator,
         runbooks=runbooks,
         serving_gauges=serving_gauges,
         slos=slos,
     )
     if settings.scheduler if start_scheduler is None else start_scheduler:
-        scheduler = LeaderScheduler(sessions, settings.lease_ttl_s)
+        scheduler = LeaderScheduler(sessions, settings.lease_ttl_s, process=process)
         scheduler.add_local_job(sampler.sample, settings.history_interval_s, "history-sample")
         scheduler.add_cluster_job(
             lambda: _retention(sessions, settings), settings.retention_interval_s, "history-retention"

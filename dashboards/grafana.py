@@ -4,8 +4,9 @@
     python -m dashboards.grafana --check    # exit 1 when the committed file is out of date
 
 Import the file in Grafana (Dashboards → New → Import) and pick the Prometheus data source that
-scrapes Flightdeck's /metrics; the `model` variable lists models from `flightdeck_model_info`.
-Every PromQL expression sums over instances, so several nodes show as one service.
+scrapes Flightdeck's /metrics; the `model` variable lists models from `flightdeck_model_info`, the
+`node` variable the nodes (every series carries `node`, FLIGHTDECK_NODE). The service panels sum
+over the chosen nodes, so several nodes show as one service; the per-node panels group by `node`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ OUTPUT = Path(__file__).with_name("grafana") / "flightdeck.json"
 DATASOURCE = {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}
 GRID_WIDTH = 24
 WINDOW = "5m"
-MODEL = 'model=~"$model"'
+MODEL = 'model=~"$model", node=~"$node"'
+NODE = 'node=~"$node"'
 BY_SLOT = "model, version, slot"
 SLOT_LEGEND = "{{model}} v{{version}} ({{slot}})"
 REQUESTS = "flightdeck_inference_requests_total"
@@ -71,12 +73,17 @@ def timeseries(title: str, targets: Sequence[dict], unit: str, description: str 
     }
 
 
+def node_rate(metric: str, selector: str) -> str:
+    """Per-second rate of a counter for each node, summed over its models and processes."""
+    return f"sum by (node) (rate({metric}{{{selector}}}[{WINDOW}]))"
+
+
 def readiness_panel() -> dict:
-    """A stat per instance: ready (1) or not (0)."""
+    """A stat per node: ready (1) or not (0)."""
     return {
         "type": "stat",
         "title": "Engine readiness",
-        "description": "1 when every serving process of the instance is ready.",
+        "description": "1 when every serving process of the node is ready.",
         "datasource": DATASOURCE,
         "fieldConfig": {
             "defaults": {
@@ -102,7 +109,7 @@ def readiness_panel() -> dict:
             "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
             "textMode": "value_and_name",
         },
-        "targets": _with_ref_ids([target("min by (instance) (flightdeck_engine_ready)", "{{instance}}")]),
+        "targets": _with_ref_ids([target(f"min by (node) (flightdeck_engine_ready{{{NODE}}})", "{{node}}")]),
     }
 
 
@@ -128,8 +135,8 @@ def batch_heatmap() -> dict:
 
 
 def loaded_versions_table() -> dict:
-    """Which versions are loaded where, on which provider."""
-    expr = f"max by (model, version, slot, provider) (flightdeck_model_info{{{MODEL}}})"
+    """Which versions each node has loaded, on which provider."""
+    expr = f"max by (node, model, version, slot, provider) (flightdeck_model_info{{{MODEL}}})"
     return {
         "type": "table",
         "title": "Loaded versions",
@@ -145,6 +152,7 @@ def loaded_versions_table() -> dict:
 def panels() -> list[dict]:
     """Every panel, in reading order, with its width."""
     success = f'{MODEL}, outcome="success"'
+    failed = f'{MODEL}, outcome=~"error|timeout|rejected"'
     real = slot_rate("flightdeck_sequence_tokens_total", f'{MODEL}, kind="real"')
     padded = slot_rate("flightdeck_sequence_tokens_total", f'{MODEL}, kind="padded"')
     latency = [
@@ -179,6 +187,24 @@ def panels() -> list[dict]:
             "short",
             "Samples waiting.",
         ),
+        timeseries(
+            "Throughput by node",
+            [target(node_rate(REQUESTS, success), "{{node}}")],
+            "reqps",
+            "Successful requests per second each node answered: the load balancer's spread.",
+        ),
+        timeseries(
+            "Errors by node",
+            [target(node_rate(REQUESTS, failed), "{{node}}")],
+            "reqps",
+            "Failed, timed-out and rejected requests per second on each node: one sick node stands out here.",
+        ),
+        timeseries(
+            "Queue depth by node",
+            [target(f"sum by (node) (flightdeck_queue_depth{{{MODEL}}})", "{{node}}")],
+            "short",
+            "Samples waiting on each node.",
+        ),
         timeseries("Queue wait and compute p99", stages, "s"),
         timeseries("Mean batch size", [target(mean_batch, SLOT_LEGEND)], "short", "Samples per executed batch."),
         batch_heatmap(),
@@ -192,7 +218,7 @@ def panels() -> list[dict]:
         ),
         timeseries(
             "GPU utilisation",
-            [target("flightdeck_gpu_utilization_ratio", "{{instance}} gpu{{gpu}}")],
+            [target(f"flightdeck_gpu_utilization_ratio{{{NODE}}}", "{{node}} gpu{{gpu}}")],
             "percentunit",
             min=0,
             max=1,
@@ -200,8 +226,8 @@ def panels() -> list[dict]:
         timeseries(
             "GPU memory",
             [
-                target("flightdeck_gpu_memory_used_bytes", "{{instance}} gpu{{gpu}} used"),
-                target("flightdeck_gpu_memory_total_bytes", "{{instance}} gpu{{gpu}} total"),
+                target(f"flightdeck_gpu_memory_used_bytes{{{NODE}}}", "{{node}} gpu{{gpu}} used"),
+                target(f"flightdeck_gpu_memory_total_bytes{{{NODE}}}", "{{node}} gpu{{gpu}} total"),
             ],
             "bytes",
             min=0,
@@ -233,10 +259,18 @@ def arrange(items: Sequence[dict], width: int = 12, height: int = 8) -> list[dic
 
 def model_variable() -> dict:
     """The `model` template variable: every model Prometheus has seen loaded."""
-    query = "label_values(flightdeck_model_info, model)"
+    return _variable("model", "Model", "label_values(flightdeck_model_info, model)")
+
+
+def node_variable() -> dict:
+    """The `node` template variable: every node reporting readiness."""
+    return _variable("node", "Node", "label_values(flightdeck_engine_ready, node)")
+
+
+def _variable(name: str, label: str, query: str) -> dict:
     return {
-        "name": "model",
-        "label": "Model",
+        "name": name,
+        "label": label,
         "type": "query",
         "datasource": DATASOURCE,
         "definition": query,
@@ -298,7 +332,7 @@ def dashboard() -> dict:
         "refresh": "30s",
         "schemaVersion": 39,
         "tags": ["flightdeck", "onnx", "serving"],
-        "templating": {"list": [model_variable()]},
+        "templating": {"list": [model_variable(), node_variable()]},
         "time": {"from": "now-1h", "to": "now"},
         "timepicker": {},
         "timezone": "utc",

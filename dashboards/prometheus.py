@@ -49,8 +49,9 @@ GPU_UTILIZATION = "flightdeck_gpu_utilization_ratio"
 GPU_MEMORY_USED = "flightdeck_gpu_memory_used_bytes"
 GPU_MEMORY_TOTAL = "flightdeck_gpu_memory_total_bytes"
 
-# Flightdeck grouping -> Prometheus label (the history says device "gpu0", Prometheus gpu="0").
-LABELS = {"model": "model", "version": "version", "slot": "slot", "device": "gpu"}
+# Flightdeck grouping -> Prometheus labels (history device "gpu0" is gpu="0"). Series carry `node`: other
+# groupings add up across nodes, but a device is one node's own (gpu="0" on two nodes is two GPUs).
+LABELS = {"model": ("model",), "version": ("version",), "slot": ("slot",), "device": ("node", "gpu")}
 _QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p999": 0.999}
 _OUTCOMES = {
     "error_rate": "error",
@@ -108,7 +109,7 @@ def number(value: float) -> str:
 
 
 def _by(by: Sequence[str], *extra: str) -> str:
-    labels = [*extra, *dict.fromkeys(LABELS.get(b, b) for b in by)]
+    labels = [*extra, *dict.fromkeys(label for b in by for label in LABELS.get(b, (b,)))]
     return f" by ({', '.join(labels)})" if labels else ""
 
 

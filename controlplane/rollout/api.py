@@ -22,7 +22,7 @@ from controlplane.db import get_db
 from controlplane.errors import NotFound
 from controlplane.models import Deployment, EngineDesired, EngineStatus
 from controlplane.rollout import deployments, enginewide, service
-from controlplane.rollout.readmodel import ACTIONS, describe_deployment, describe_rollout, rollout_json
+from controlplane.rollout.readmodel import ACTIONS, describe_deployment, describe_rollout, node_of, rollout_json
 from controlplane.rollout.schemas import (
     BatchingChange,
     BatchingView,
@@ -174,6 +174,7 @@ def _own_batching() -> dict[str, Any]:
 def _engine_status_json(row: EngineStatus) -> dict[str, Any]:
     return {
         "process": row.process,
+        "node": node_of(row.process),
         "generation": row.generation,
         "compact_generation": row.compact_generation,
         "error": row.error,

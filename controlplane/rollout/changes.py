@@ -1,4 +1,4 @@
-"""Noticing, without polling queries, that another process committed to the SQLite database.
+"""Noticing, without polling queries, that another process or node changed the desired state.
 
 The reconciler of every serving process must see desired state written by the others within a few
 milliseconds, and an idle process should cost (almost) nothing. Two cheap signals do that on SQLite:
@@ -9,7 +9,14 @@ milliseconds, and an idle process should cost (almost) nothing. Two cheap signal
   wakes a thread blocked in `poll`; nothing runs between commits. Where inotify is missing, the
   reconciler falls back to reading `ChangeSignal` every poll.
 
-PostgreSQL has neither: its reconciler polls (LISTEN/NOTIFY is the several-nodes issue's).
+PostgreSQL has neither, and its nodes may be on other hosts, so desired state announces itself:
+
+- `announce_desired_changes`: every session that writes `deployments` or `engine_desired` also
+  sends `NOTIFY flightdeck_desired` in the same transaction, so the announcement arrives exactly
+  when (and only if) the write is committed.
+- `PostgresListener`: one connection per process `LISTEN`s on that channel in a thread blocked in
+  `poll`, and wakes the reconciler. The reconciler still reads the tables on a slow timer as a
+  safety net (a notification lost with a dropped connection).
 """
 
 from __future__ import annotations
@@ -22,13 +29,22 @@ import sqlite3
 import sys
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy import event
+from sqlalchemy.engine import URL
+from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction, sessionmaker
+
+if TYPE_CHECKING:
+    import psycopg
 
 log = logging.getLogger(__name__)
 
 # From <sys/inotify.h>: a file in the folder was written, created, or moved in.
 IN_MODIFY, IN_MOVED_TO, IN_CREATE = 0x2, 0x80, 0x100
+CHANNEL = "flightdeck_desired"
+DESIRED_TABLES = frozenset({"deployments", "engine_desired"})  # what every reconciler applies
+RECONNECT_S = 1.0  # a lost LISTEN connection is tried again this often (the safety poll covers the gap)
 
 
 def sqlite_path(sessions: sessionmaker[Session]) -> str | None:
@@ -128,3 +144,122 @@ class DirectoryWatch:
         for fd in (self._fd, *self._stop_pipe):
             os.close(fd)
         self._fd, self._stop_pipe, self._thread = -1, None, None
+
+
+def postgres_url(sessions: sessionmaker[Session]) -> URL | None:
+    """Return the URL behind `sessions` when it is a PostgreSQL database, else None."""
+    url = getattr(sessions.kw.get("bind"), "url", None)
+    return url if url is not None and url.get_backend_name() == "postgresql" else None
+
+
+def announce_desired_changes(sessions: sessionmaker[Session]) -> None:
+    """Make every session of `sessions` NOTIFY `CHANNEL` in the transaction that writes desired state."""
+    event.listen(sessions, "after_flush", _after_flush)
+    event.listen(sessions, "do_orm_execute", _before_bulk_write)
+
+
+def _writes_desired(session: Session) -> bool:
+    objects = (*session.new, *session.dirty, *session.deleted)
+    return any(getattr(getattr(obj, "__table__", None), "name", None) in DESIRED_TABLES for obj in objects)
+
+
+def _after_flush(session: Session, _flush: UOWTransaction) -> None:
+    # NOTE: after_flush still sees the flushed objects in new/dirty/deleted; NOTIFY joins their transaction.
+    if _writes_desired(session):
+        session.connection().exec_driver_sql(f"NOTIFY {CHANNEL}")
+
+
+def _before_bulk_write(state: ORMExecuteState) -> None:
+    """Announce an `update(Deployment)`/`delete(...)` statement, which the unit of work never sees."""
+    if not (state.is_update or state.is_delete or state.is_insert):
+        return
+    table = getattr(state.statement, "table", None)
+    if getattr(table, "name", None) in DESIRED_TABLES:
+        state.session.connection().exec_driver_sql(f"NOTIFY {CHANNEL}")
+
+
+class PostgresListener:
+    """Call `on_change` whenever a NOTIFY on `CHANNEL` arrives; `start()` says whether it could LISTEN.
+
+    A connection of its own, in autocommit, waits in `poll` beside a stop pipe: nothing runs between
+    notifications. A lost connection is reopened every `RECONNECT_S`, and `on_change` is called once
+    it is back, since notifications sent meanwhile are lost.
+    """
+
+    def __init__(self, url: URL, on_change: Callable[[], None]) -> None:
+        # NOTE: psycopg takes the URL without SQLAlchemy's "+psycopg" driver suffix.
+        self._conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
+        self._on_change = on_change
+        self._conn: psycopg.Connection | None = None
+        self._stop_pipe: tuple[int, int] | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> bool:
+        """LISTEN now (so nothing committed after this returns is missed) and wait in a background thread."""
+        try:
+            self._conn = self._connect()
+        except Exception as exc:
+            log.warning("could not LISTEN for desired-state changes (%s): polling every second instead", exc)
+            return False
+        self._stop_pipe = os.pipe()
+        self._thread = threading.Thread(target=self._run, args=(self._stop_pipe[0],), name="db-listen", daemon=True)
+        self._thread.start()
+        return True
+
+    def _connect(self) -> psycopg.Connection:
+        import psycopg  # the `postgres` extra: only a PostgreSQL deployment needs it
+
+        # Keepalives: a peer that vanished without closing the socket is noticed within a minute.
+        conn = psycopg.connect(
+            self._conninfo, autocommit=True, connect_timeout=10, keepalives=1, keepalives_idle=20,
+            keepalives_interval=5, keepalives_count=3, application_name="flightdeck-listen",
+        )  # fmt: skip
+        conn.execute(f"LISTEN {CHANNEL}")
+        return conn
+
+    def _run(self, stop_fd: int) -> None:
+        while True:
+            if self._conn is None:
+                poller = select.poll()
+                poller.register(stop_fd, select.POLLIN)
+                if poller.poll(RECONNECT_S * 1000):
+                    return
+                try:
+                    self._conn = self._connect()
+                except Exception as exc:
+                    log.warning("LISTEN connection still down (%s); retrying in %.0f s", exc, RECONNECT_S)
+                    continue
+                log.info("LISTEN connection restored")
+                self._on_change()  # what was announced while it was down is lost: look now
+            poller = select.poll()  # NOTE: not select.select, which fails on descriptors above 1023
+            poller.register(self._conn.fileno(), select.POLLIN)
+            poller.register(stop_fd, select.POLLIN)
+            ready = {fd for fd, _ in poller.poll()}
+            if stop_fd in ready:
+                return
+            try:
+                if any(True for _ in self._conn.notifies(timeout=0)):
+                    self._on_change()
+            except Exception as exc:
+                log.warning("LISTEN connection lost (%s); reconnecting", exc)
+                self._close_conn()
+
+    def _close_conn(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:
+                log.debug("closing the LISTEN connection failed", exc_info=True)
+            self._conn = None
+
+    def stop(self) -> None:
+        """Stop the thread and close the connection."""
+        if self._stop_pipe is None:
+            return
+        os.write(self._stop_pipe[1], b"x")
+        if self._thread is not None:
+            self._thread.join(5)
+        self._close_conn()
+        for fd in self._stop_pipe:
+            os.close(fd)
+        self._stop_pipe, self._thread = None, None

@@ -18,6 +18,11 @@ RolloutAction = Literal["promote", "promote_all", "pause", "resume", "abort"]
 ACTIONS: tuple[str, ...] = get_args(RolloutAction)
 
 
+def node_of(process: str) -> str:
+    """Return the node a process name (NODE:PID, FLIGHTDECK_NODE) belongs to."""
+    return process.rsplit(":", 1)[0]
+
+
 def rollout_json(rollout: Rollout, measurements: list[RolloutMeasurement] | None = None) -> dict[str, Any]:
     """Describe a rollout, with its step analyses when given."""
     data = {
@@ -67,9 +72,9 @@ def describe_deployment(session: Session, name: str) -> dict[str, Any] | None:
         "stable_slot": desired.stable_slot,
         "generation": desired.generation,
         "processes": [
-            {"process": s.process, "slot": s.slot, "version": s.version, "state": s.state, "error": s.error,
+            {"process": s.process, "node": node_of(s.process), "slot": s.slot, "version": s.version, "state": s.state, "error": s.error,
              "generation": s.generation, "updated_at": s.updated_at.isoformat()}
-            for s in statuses
+            for s in sorted(statuses, key=lambda s: (node_of(s.process), s.process))  # grouped by node
         ],
         "rollouts": [rollout_json(r) for r in rollouts],
     }  # fmt: skip

@@ -5,8 +5,10 @@ reload the slots asked for, then unload what no slot should hold. Inside one pro
 at once after a write. Other processes' writes: on SQLite, an inotify watch of the database's
 folder wakes it when any commit lands, and a pass runs only when `PRAGMA data_version` says another
 connection committed (controlplane.rollout.changes), so an idle process does nearly nothing; without
-inotify that counter is read every poll. Elsewhere (PostgreSQL) every poll is a pass: one small
-indexed read. Engine-wide desired state (batching limits, memory compaction) is applied in the same
+inotify that counter is read every poll. On PostgreSQL every node LISTENs for the NOTIFY that each
+desired-state write sends in its transaction, and wakes at once; a pass (one small indexed read)
+also runs every `safety_poll_s` in case a notification was lost, or every second where LISTEN is
+unavailable. Engine-wide desired state (batching limits, memory compaction) is applied in the same
 pass, batching first so versions loaded in that pass get the new limits; each process reports what
 it applied in `engine_status` (and refreshes that row every `HEARTBEAT_S`, so readers can tell a
 live process from one that went away).
@@ -25,7 +27,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.models import Deployment, EngineDesired, EngineStatus, SlotStatus
-from controlplane.rollout.changes import ChangeSignal, DirectoryWatch, sqlite_path
+from controlplane.rollout.changes import ChangeSignal, DirectoryWatch, PostgresListener, postgres_url, sqlite_path
 from controlplane.rollout.enginewide import BATCHING_LIMITS
 from controlplane.scheduler import utcnow
 from serving.engine import SLOTS, Engine, read_manifest
@@ -38,6 +40,7 @@ HEARTBEAT_S = 10.0  # engine_status.updated_at is refreshed at least this often
 # write can land a moment after its inotify event), and how often to look when nothing woke us.
 SETTLE_S = 0.2
 WATCHED_POLL_S = 1.0
+UNWATCHED_POLL_S = 1.0  # PostgreSQL without LISTEN: never read the tables more often than this while idle
 
 
 class Reconciler:
@@ -52,12 +55,14 @@ class Reconciler:
         poll_s: float = 0.25,
         models: set[str] | None = None,
         on_changed: Callable[[], None] | None = None,
+        safety_poll_s: float = 5.0,
     ) -> None:
         self._engine = engine
         self._sessions = sessions
         self._locate = locate
         self._process = process
         self._poll_s = poll_s
+        self._safety_poll_s = safety_poll_s  # PostgreSQL with LISTEN: a pass at least this often anyway
         self._models = models  # None: every deployment; else only these on this node (FLIGHTDECK_LOAD_MODELS)
         self._on_changed = on_changed  # after a pass that loaded, replaced or unloaded something
         # model -> (generation, updated_at) last applied. NOTE: updated_at too, because an undeploy and a new
@@ -80,6 +85,8 @@ class Reconciler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._watch: DirectoryWatch | None = None
+        self._listener: PostgresListener | None = None
+        self._postgres = False  # set by start(): the desired state lives on a PostgreSQL server
 
     @property
     def process(self) -> str:
@@ -100,6 +107,12 @@ class Reconciler:
             self._watch = DirectoryWatch(os.path.dirname(os.path.abspath(path)), self._wake.set)
             if not self._watch.start():
                 self._watch = None
+        url = postgres_url(self._sessions)
+        self._postgres = url is not None
+        if url is not None:
+            self._listener = PostgresListener(url, self._wake.set)
+            if not self._listener.start():
+                self._listener = None
         self.reconcile()
         self._engine.mark_converged()
         self._thread = threading.Thread(target=self._loop, args=(signal,), name="reconciler", daemon=True)
@@ -112,6 +125,8 @@ class Reconciler:
             self._thread.join(10)
         if self._watch is not None:
             self._watch.stop()
+        if self._listener is not None:
+            self._listener.stop()
         try:  # a process that leaves stops counting as one that must apply engine-wide changes
             with self._lock, self._sessions() as session:
                 session.execute(delete(EngineStatus).where(EngineStatus.process == self._process))
@@ -119,12 +134,19 @@ class Reconciler:
         except Exception:
             log.warning("could not remove this process's engine_status row", exc_info=True)
 
+    def _timeout(self, settling: bool) -> float:
+        """How long to wait for a wake-up before looking anyway."""
+        if self._listener is not None:
+            return self._safety_poll_s
+        if self._postgres:
+            return max(self._poll_s, UNWATCHED_POLL_S)
+        return WATCHED_POLL_S if self._watch is not None and not settling else self._poll_s
+
     def _loop(self, signal: ChangeSignal | None) -> None:
         last_pass, settle_until, retry = time.monotonic(), 0.0, False
         try:
             while not self._stop.is_set():
-                watched = self._watch is not None and time.monotonic() >= settle_until
-                woken = self._wake.wait(WATCHED_POLL_S if watched else self._poll_s)
+                woken = self._wake.wait(self._timeout(time.monotonic() < settle_until))
                 self._wake.clear()
                 if self._stop.is_set():
                     return

@@ -67,7 +67,8 @@ def test_dashboard_is_importable_shape(committed: dict) -> None:
 
 
 def test_model_variable_lists_models_from_model_info(committed: dict) -> None:
-    (variable,) = committed["templating"]["list"]
+    variable, node = committed["templating"]["list"]
+    assert node["name"] == "node" and node["definition"] == "label_values(flightdeck_engine_ready, node)"
 
     assert variable["name"] == "model"
     assert variable["definition"] == "label_values(flightdeck_model_info, model)"

@@ -212,10 +212,10 @@ def test_label_values_in_expressions_are_ones_we_emit(text: str) -> None:
             "split_traffic_outside_rollout",
             "(count by (model) (max by (model, slot) (flightdeck_traffic_weight) > 0)) > 1",
         ),
-        ("gpu_busy", "(avg by (gpu) (avg_over_time(flightdeck_gpu_utilization_ratio[15m]))) > 0.8"),
+        ("gpu_busy", "(avg by (node, gpu) (avg_over_time(flightdeck_gpu_utilization_ratio[15m]))) > 0.8"),
         (
             "gpu_memory_high",
-            "(max by (gpu) (max_over_time((flightdeck_gpu_memory_used_bytes / "
+            "(max by (node, gpu) (max_over_time((flightdeck_gpu_memory_used_bytes / "
             "flightdeck_gpu_memory_total_bytes)[5m:]))) > 0.9",
         ),
     ],
@@ -230,14 +230,16 @@ def test_aggregations_pick_the_matching_over_time_function() -> None:
         return prometheus.expression(a_rule(metric, aggregation, by=("device",)))[0]
 
     assert (
-        expr("gpu_utilization", "max") == "(max by (gpu) (max_over_time(flightdeck_gpu_utilization_ratio[5m]))) > 0.5"
+        expr("gpu_utilization", "max")
+        == "(max by (node, gpu) (max_over_time(flightdeck_gpu_utilization_ratio[5m]))) > 0.5"
     )
     assert (
-        expr("gpu_utilization", "min") == "(min by (gpu) (min_over_time(flightdeck_gpu_utilization_ratio[5m]))) > 0.5"
+        expr("gpu_utilization", "min")
+        == "(min by (node, gpu) (min_over_time(flightdeck_gpu_utilization_ratio[5m]))) > 0.5"
     )
-    assert expr("gpu_utilization", "last") == "(max by (gpu) (flightdeck_gpu_utilization_ratio)) > 0.5"
+    assert expr("gpu_utilization", "last") == "(max by (node, gpu) (flightdeck_gpu_utilization_ratio)) > 0.5"
     assert expr("gpu_memory_fill", "last") == (
-        "(max by (gpu) (flightdeck_gpu_memory_used_bytes / flightdeck_gpu_memory_total_bytes)) > 0.5"
+        "(max by (node, gpu) (flightdeck_gpu_memory_used_bytes / flightdeck_gpu_memory_total_bytes)) > 0.5"
     )
     # The history keeps each interval's largest queue, so over the whole window the queue's avg is its max.
     assert "max_over_time(flightdeck_queue_depth[5m])" in expr("queue_fill", "avg")
