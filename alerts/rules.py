@@ -33,7 +33,7 @@ LIVE_METRICS = {
     "gpu_memory_fill": "GPU memory used over total, 0..1",
     "versions_live": "versions of a model taking traffic while no rollout is in progress",
     "auto_rollbacks": "automatic rollbacks in the window",
-    "notification_failures": "alert notifications that failed in the window",
+    "notification_failures": "failed delivery attempts of alert notifications made in the window or still retrying",
 }
 # Metrics measured over requests: a condition on one may set `min_requests`, the fewest requests in its
 # window to judge by (below it the alert reports "not enough traffic": one failure in two is no rate).

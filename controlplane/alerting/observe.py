@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import case, func, or_, select
 from sqlalchemy.orm import Session
 
 from alerts.rules import Insufficient, Rule
@@ -126,10 +126,13 @@ def observe(
         ).all()
         return {_key({"model": target}, c.by): float(count) for target, count in rows}
     if c.metric == "notification_failures":
-        count = session.scalar(
-            select(func.count())
-            .select_from(OutboxMessage)
-            .where(OutboxMessage.last_error != "", OutboxMessage.created_at > now - c.window)
+        # Failed attempts, not messages: one message retried 8 times is 8 (a sent one's last attempt worked).
+        failed = OutboxMessage.attempts - case((OutboxMessage.state == "sent", 1), else_=0)
+        total = session.scalar(
+            select(func.coalesce(func.sum(failed), 0)).where(
+                OutboxMessage.last_error != "",
+                or_(OutboxMessage.created_at > now - c.window, OutboxMessage.state == "pending"),
+            )
         )
-        return {(): float(count or 0)}
+        return {(): float(total or 0)}
     raise KeyError(c.metric)
