@@ -30,15 +30,6 @@ REPEAT_INTERVAL = timedelta(hours=4)
 GROUP_BY = ("alertname",)
 
 
-def duration_text(duration: timedelta) -> str:
-    """Write a duration as the rules and Alertmanager's config do: `30s`, `5m`, `4h`, `1d`."""
-    seconds = int(duration.total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds and seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
 def go_quote(text: str) -> str:
     """Quote a string as Go's strconv.Quote does (how a LabelSet writes its values)."""
     out = ['"']

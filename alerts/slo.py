@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from alerts.rules import Automatic, Condition, Rule, RuleError, parse_duration
+from alerts.rules import Automatic, Condition, Rule, RuleError, duration_text, parse_duration
 from alerts.states import Severity
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")  # leaves room for the rule suffix "_burn_3d" within 64
@@ -72,7 +72,7 @@ class SLO:
     def words(self) -> str:
         """Say the objective as people do: 'availability 99.9% over 30d', 'latency 99% under 250 ms over 30d'."""
         under = f" under {self.threshold_ms:g} ms" if self.sli is SLI.LATENCY else ""
-        return f"{self.sli.value} {self.objective * 100:g}%{under} over {span(self.period)}"
+        return f"{self.sli.value} {self.objective * 100:g}%{under} over {duration_text(self.period)}"
 
 
 @dataclass(frozen=True)
@@ -104,15 +104,6 @@ WINDOWS: tuple[BurnWindow, ...] = (
 )
 
 
-def span(value: timedelta) -> str:
-    """A duration in the largest unit that divides it: 5m, 1h, 30d."""
-    seconds = int(value.total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds and seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
 def burn_rate(bad: int, total: int, slo: SLO) -> float | None:
     """The bad share of `total` over the allowed share; None with no requests."""
     if total <= 0:
@@ -136,7 +127,7 @@ class BurnRule(Rule):
 
 def rule_name(slo: SLO, window: BurnWindow) -> str:
     """Name the alert rule one window of an SLO generates: '<slo>_burn_<long window>'."""
-    return f"{slo.name}_burn_{span(window.long)}"
+    return f"{slo.name}_burn_{duration_text(window.long)}"
 
 
 def burn_rules(slos: Iterable[SLO], windows: Sequence[BurnWindow] = WINDOWS) -> list[BurnRule]:
@@ -145,14 +136,14 @@ def burn_rules(slos: Iterable[SLO], windows: Sequence[BurnWindow] = WINDOWS) -> 
     for slo in slos:
         for window in windows:
             factor = window.factor(slo.period)
-            long, short = span(window.long), span(window.short)
+            long, short = duration_text(window.long), duration_text(window.short)
             lasts = slo.period / factor
             kind = "page now" if window.severity is Severity.P0 else "a ticket for working hours, not a page"
             rules.append(
                 BurnRule(
                     name=rule_name(slo, window),
                     severity=window.severity,
-                    why=f"{window.budget_spent:.0%} of the {span(slo.period)} error budget spent within {long}; at "
+                    why=f"{window.budget_spent:.0%} of the {duration_text(slo.period)} error budget spent within {long}; at "
                     f"{factor:g}x the whole budget lasts {_days(lasts)}: {kind}",
                     condition=Condition(BURN_METRIC, "min", window.long, ">", factor, ("model",)),
                     for_=timedelta(0),  # the short window already confirms the burn is still going on
@@ -207,7 +198,7 @@ def parse_slo(data: Any, where: str, runbooks: Iterable[str] | None = None) -> S
     period = parse_duration(data.get("period", "30d"), f"{where} period")
     longest = max(w.long for w in WINDOWS)
     if period < longest:
-        raise RuleError(f"{where}: 'period' must be at least {span(longest)}, the longest alert window")
+        raise RuleError(f"{where}: 'period' must be at least {duration_text(longest)}, the longest alert window")
     threshold = data.get("threshold_ms")
     if sli is SLI.LATENCY:
         if _number(threshold, where, "threshold_ms") <= 0:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from alerts.rules import LIVE_METRICS, Condition, Rule, load_rules
+from alerts.rules import LIVE_METRICS, Condition, Rule, duration_text, load_rules
 from alerts.slo import load_slos
 from dashboards import prometheus_slo
 from dashboards.generated import generate
@@ -94,15 +94,6 @@ class RuleFile:
         return {"groups": self.groups}
 
 
-def duration(value: timedelta) -> str:
-    """A timedelta in PromQL's form, in the largest unit that divides it: 90s, 5m, 1h, 1d."""
-    seconds = int(value.total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds and seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
 def number(value: float) -> str:
     """A threshold as PromQL reads it: 500 rather than 500.0, 0.05 as written."""
     return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else repr(float(value))
@@ -115,7 +106,7 @@ def _by(by: Sequence[str], *extra: str) -> str:
 
 def _sum_rate(metric: str, selector: str, c: Condition) -> str:
     selector = f"{{{selector}}}" if selector else ""
-    return f"sum{_by(c.by)} (rate({metric}{selector}[{duration(c.window)}]))"
+    return f"sum{_by(c.by)} (rate({metric}{selector}[{duration_text(c.window)}]))"
 
 
 def _over_time(aggregation: str, vector: str, window: timedelta, subquery: bool = False) -> str:
@@ -123,16 +114,16 @@ def _over_time(aggregation: str, vector: str, window: timedelta, subquery: bool 
     if aggregation == "last":
         return vector
     if subquery:
-        return f"{_OVER_TIME[aggregation]}(({vector})[{duration(window)}:])"
-    return f"{_OVER_TIME[aggregation]}({vector}[{duration(window)}])"
+        return f"{_OVER_TIME[aggregation]}(({vector})[{duration_text(window)}:])"
+    return f"{_OVER_TIME[aggregation]}({vector}[{duration_text(window)}])"
 
 
 def _counter_note(c: Condition, rule: Rule) -> str | None:
     if c.aggregation in ("avg", "sum"):
         return None
     return (
-        f"{rule.name}: the {c.aggregation} of {c.metric} over {duration(c.window)} is read as {c.metric} over the "
-        f"whole {duration(c.window)} (Prometheus does not see Flightdeck's 10-second intervals)"
+        f"{rule.name}: the {c.aggregation} of {c.metric} over {duration_text(c.window)} is read as {c.metric} over the "
+        f"whole {duration_text(c.window)} (Prometheus does not see Flightdeck's 10-second intervals)"
     )
 
 
@@ -140,7 +131,9 @@ Translation = tuple[str, str | None]  # (PromQL, a note when it only approximate
 
 
 def _requests(rule: Rule, c: Condition, max_queue_size: int) -> Translation:
-    return f'sum{_by(c.by)} (increase({REQUESTS}{{outcome!="invalid"}}[{duration(c.window)}]))', _counter_note(c, rule)
+    return f'sum{_by(c.by)} (increase({REQUESTS}{{outcome!="invalid"}}[{duration_text(c.window)}]))', _counter_note(
+        c, rule
+    )
 
 
 def _throughput(rule: Rule, c: Condition, max_queue_size: int) -> Translation:
@@ -155,7 +148,7 @@ def _outcome_rate(rule: Rule, c: Condition, max_queue_size: int) -> Translation:
 
 
 def _quantile(rule: Rule, c: Condition, max_queue_size: int) -> Translation:
-    buckets = f"sum{_by(c.by, 'le')} (rate({REQUEST_SECONDS}_bucket[{duration(c.window)}]))"
+    buckets = f"sum{_by(c.by, 'le')} (rate({REQUEST_SECONDS}_bucket[{duration_text(c.window)}]))"
     return f"histogram_quantile({_QUANTILES[c.metric]}, {buckets}) * 1000", _counter_note(c, rule)
 
 
@@ -209,7 +202,7 @@ def _versions_live(rule: Rule, c: Condition, max_queue_size: int) -> Translation
     # NOTE: Prometheus cannot see whether a rollout is in progress; this counts live versions always.
     note = (
         f"{rule.name}: Prometheus cannot see whether a rollout is in progress, so this also fires during a "
-        f"rollout that splits traffic for longer than {duration(rule.for_)}"
+        f"rollout that splits traffic for longer than {duration_text(rule.for_)}"
     )
     return f"count{_by(c.by)} (max by (model, slot) ({TRAFFIC_WEIGHT}) > 0)", note
 
@@ -309,7 +302,13 @@ def alerting_rule(rule: Rule, expr: str, external_url: str) -> dict:
         annotations["runbook_url"] = _go_text(f"{external_url.rstrip('/')}/runbooks/{rule.runbook}")
     annotations["why"] = _go_text(rule.why)
     labels = {"severity": rule.severity.value, **{k: v for k, v in sorted(rule.labels.items()) if k != "severity"}}
-    return {"alert": rule.name, "expr": expr, "for": duration(rule.for_), "labels": labels, "annotations": annotations}
+    return {
+        "alert": rule.name,
+        "expr": expr,
+        "for": duration_text(rule.for_),
+        "labels": labels,
+        "annotations": annotations,
+    }
 
 
 def translate(

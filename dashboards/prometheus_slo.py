@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 
-from alerts.rules import Rule
-from alerts.slo import SLI, SLO, WINDOWS, BurnRule, burn_rules, span
+from alerts.rules import Rule, duration_text
+from alerts.slo import SLI, SLO, WINDOWS, BurnRule, burn_rules
 
 REQUESTS = "flightdeck_inference_requests_total"
 REQUEST_SECONDS = "flightdeck_inference_request_seconds"
@@ -46,7 +46,7 @@ def bucket_edge(threshold_ms: float) -> float:
 
 def bad_share(slo: SLO, window: timedelta) -> str:
     """PromQL for the share of the SLO's requests that were bad over `window`."""
-    w, model = span(window), f'model="{slo.model}"'
+    w, model = duration_text(window), f'model="{slo.model}"'
     if slo.sli is SLI.AVAILABILITY:
         bad = f'sum by (model) (rate({REQUESTS}{{{model},outcome=~"{"|".join(BAD_OUTCOMES)}"}}[{w}]))'
         total = f'sum by (model) (rate({REQUESTS}{{{model},outcome!="invalid"}}[{w}]))'
@@ -61,7 +61,7 @@ def _enough(slo: SLO, window: timedelta) -> str:
     """` and` a minimum number of requests in the window, when the SLO asks for more than one."""
     if slo.min_requests <= 1:
         return ""  # no request at all gives 0/0, which no comparison holds
-    w, model = span(window), f'model="{slo.model}"'
+    w, model = duration_text(window), f'model="{slo.model}"'
     counted = (
         f'{REQUESTS}{{{model},outcome!="invalid"}}'
         if slo.sli is SLI.AVAILABILITY
@@ -75,7 +75,7 @@ def recording_rules(slo: SLO) -> list[dict]:
     windows = sorted({w.long for w in WINDOWS} | {w.short for w in WINDOWS})
     return [
         {
-            "record": RECORD.format(window=span(window)),
+            "record": RECORD.format(window=duration_text(window)),
             "expr": f"({bad_share(slo, window)}) / {_number(slo.budget)}{_enough(slo, window)}",
             "labels": {"slo": slo.name},
         }
@@ -87,8 +87,8 @@ def alert_expression(rule: BurnRule) -> str:
     """The alert's PromQL: the lower of the two windows' burn rates, above the factor."""
     assert rule.slo is not None, "a BurnRule is made by alerts.slo.burn_rules, with its SLO"
     selector = f'{{slo="{rule.slo.name}"}}'
-    long = RECORD.format(window=span(rule.condition.window)) + selector
-    short = RECORD.format(window=span(rule.short_window)) + selector
+    long = RECORD.format(window=duration_text(rule.condition.window)) + selector
+    short = RECORD.format(window=duration_text(rule.short_window)) + selector
     return f"(({long} <= {short}) or {short}) > {_number(rule.condition.threshold)}"
 
 

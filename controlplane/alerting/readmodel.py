@@ -12,10 +12,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from alerts.dispatch import REPEAT_INTERVAL, duration_text
+from alerts.dispatch import REPEAT_INTERVAL
 from alerts.notifiers import make_notifier
+from alerts.rules import duration_text
 from alerts.states import AlertState
 from controlplane.alerting.notify import receiver_route
+from controlplane.alerting.secretbox import Keyring, open_config
 from controlplane.models import AlertEvent, AlertRecord, OutboxMessage, Receiver, SilenceRecord
 from controlplane.scheduler import utcnow
 
@@ -65,10 +67,10 @@ def list_silences(session: Session) -> list[SilenceRecord]:
     return list(session.scalars(select(SilenceRecord).order_by(SilenceRecord.id.desc())))
 
 
-def receiver_json(row: Receiver) -> dict[str, Any]:
-    """Describe a receiver without its secrets or its full URL."""
+def receiver_json(row: Receiver, keys: Keyring | None = None) -> dict[str, Any]:
+    """Describe a receiver without its secrets or its full URL (`keys` open its stored, encrypted config)."""
     try:
-        shown = make_notifier(row.kind, row.config).describe()
+        shown = make_notifier(row.kind, open_config(row.config, keys)).describe()
     except ValueError as exc:
         shown = {"kind": row.kind, "error": str(exc)}
     route = receiver_route(row, REPEAT_INTERVAL)

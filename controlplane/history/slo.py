@@ -19,8 +19,8 @@ from typing import Any
 from sqlalchemy import Integer, Select, case, cast, func, select, true
 from sqlalchemy.orm import Session
 
-from alerts.rules import Insufficient
-from alerts.slo import SLI, SLO, WINDOWS, BurnRule, budget_remaining, burn_rate, rule_name, span
+from alerts.rules import Insufficient, duration_text
+from alerts.slo import SLI, SLO, WINDOWS, BurnRule, budget_remaining, burn_rate, rule_name
 from controlplane.models import SlotSample
 from serving.histogram import GROWTH, bucket_of, lower_edge
 
@@ -112,7 +112,7 @@ def burn_observation(session: Session, rule: BurnRule, now: datetime) -> dict[Ke
     for window, c in zip(windows, counts, strict=True):
         if c.total < slo.min_requests:
             noun = "request" if c.total == 1 else "requests"
-            why = f"not enough traffic: {c.total} {noun} in {span(window)}, fewer than the {slo.min_requests} needed"
+            why = f"not enough traffic: {c.total} {noun} in {duration_text(window)}, fewer than the {slo.min_requests} needed"
             return {key: Insufficient(why)}
     return {key: min(burn_rate(c.bad, c.total, slo) or 0.0 for c in counts)}
 
@@ -127,29 +127,29 @@ def slo_status(session: Session, slo: SLO, now: datetime) -> dict[str, Any]:
     windows = sorted({w.long for w in WINDOWS} | {w.short for w in WINDOWS})
     whole, *parts = window_counts(session, slo, now, [slo.period, *windows])
     remaining = budget_remaining(whole.bad, whole.total, slo)
-    burn = {span(w): burn_rate(c.bad, c.total, slo) for w, c in zip(windows, parts, strict=True)}
+    burn = {duration_text(w): burn_rate(c.bad, c.total, slo) for w, c in zip(windows, parts, strict=True)}
     return {
         "name": slo.name,
         "model": slo.model,
         "sli": slo.sli.value,
         "objective_percent": round(slo.objective * 100, 6),
         "threshold_ms": slo.threshold_ms,
-        "period": span(slo.period),
+        "period": duration_text(slo.period),
         "start": (now - slo.period).isoformat(),
         "end": now.isoformat(),
         "good": whole.good,
         "total": whole.total,
         "budget_remaining_percent": None if remaining is None else remaining * 100,
         "burn_rates": [
-            {"window": span(w), "burn_rate": burn[span(w)], "good": c.good, "total": c.total}
+            {"window": duration_text(w), "burn_rate": burn[duration_text(w)], "good": c.good, "total": c.total}
             for w, c in zip(windows, parts, strict=True)
         ],
         "alerts": [
             {
                 "rule": rule_name(slo, w),
                 "severity": w.severity.value,
-                "long": span(w.long),
-                "short": span(w.short),
+                "long": duration_text(w.long),
+                "short": duration_text(w.short),
                 "factor": w.factor(slo.period),
                 "burning": all(_burning(parts[windows.index(x)], slo, w.factor(slo.period)) for x in (w.long, w.short)),
             }

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from alerts.dispatch import Group, Route, dispatch, duration_text, label_set
+from alerts.dispatch import Group, Route, dispatch, label_set
 from alerts.lifecycle import Matcher, Tracked, fingerprint
+from alerts.rules import duration_text
 from alerts.states import AlertState, Severity
 
 T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)

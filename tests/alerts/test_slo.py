@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from alerts.rules import LIVE_METRICS, RuleError, load_rules
+from alerts.rules import LIVE_METRICS, RuleError, duration_text, load_rules
 from alerts.slo import (
     SLI,
     SLO,
@@ -18,7 +18,6 @@ from alerts.slo import (
     burn_rules,
     load_slos,
     parse_slo,
-    span,
     with_burn_rules,
 )
 from alerts.states import Severity
@@ -33,7 +32,7 @@ LATENCY = SLO("mlp_latency", "mlp", SLI.LATENCY, 0.99, threshold_ms=250)
 def test_the_workbook_factors_for_a_30_day_period() -> None:
     # SRE workbook Table 5-8 (and the 1-day ticket row): 2% of the budget in 1h is 14.4x, 5% in 6h 6x,
     # 10% in 1d 3x, 10% in 3d 1x; the short windows are a twelfth of the long ones.
-    rows = [(w.severity, w.factor(timedelta(days=30)), span(w.long), span(w.short)) for w in WINDOWS]
+    rows = [(w.severity, w.factor(timedelta(days=30)), duration_text(w.long), duration_text(w.short)) for w in WINDOWS]
     assert rows == [
         (Severity.P0, 14.4, "1h", "5m"),
         (Severity.P0, 6.0, "6h", "30m"),
@@ -79,8 +78,8 @@ def test_each_slo_generates_one_rule_per_window_with_its_severity_threshold_and_
         assert isinstance(rule, BurnRule) and rule.slo is AVAILABILITY
         assert rule.for_ == timedelta(0) and not rule.automatic.enabled
         assert rule.condition.by == ("model",) and rule.condition.op == ">"
-        assert rule.labels == {"slo": "mlp_availability", "long": span(rule.condition.window),
-                               "short": span(rule.short_window)}  # fmt: skip
+        assert rule.labels == {"slo": "mlp_availability", "long": duration_text(rule.condition.window),
+                               "short": duration_text(rule.short_window)}  # fmt: skip
     fast = rules[0]
     assert fast.condition.holds(14.5) and not fast.condition.holds(14.4)
     assert fast.render(fast.summary, {"model": "mlp"}, 20.0) == (

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
-from alerts.rules import AGGREGATIONS, LIVE_METRICS, Condition, Rule, load_rules
+from alerts.rules import AGGREGATIONS, LIVE_METRICS, Condition, Rule, duration_text, load_rules
 from alerts.states import Severity
 from controlplane import metrics
 from controlplane.history.query import METRICS
@@ -142,7 +142,7 @@ def test_one_alert_per_translatable_rule_with_its_severity_for_and_file(
     for rule in kept:
         group, alert = by_name[rule.name]
         assert alert["labels"] == {"severity": rule.severity.value, **rule.labels}
-        assert alert["for"] == prometheus.duration(rule.for_)
+        assert alert["for"] == duration_text(rule.for_)
         assert group == f"flightdeck-{rule.source.split('.yaml')[0]}"
         assert alert["annotations"]["why"] == rule.why
         assert alert["expr"].endswith(f" {rule.condition.op} {prometheus.number(rule.condition.threshold)}")
@@ -290,7 +290,7 @@ def test_summaries_become_go_templates(template: str, expected: str) -> None:
                         (timedelta(hours=2), "2h"), (timedelta(days=1), "1d"), (timedelta(minutes=90), "90m")],
 )  # fmt: skip
 def test_durations(value: timedelta, text: str) -> None:
-    assert prometheus.duration(value) == text
+    assert duration_text(value) == text
 
 
 def test_numbers() -> None:

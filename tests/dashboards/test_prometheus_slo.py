@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from alerts.slo import SLI, SLO, WINDOWS, burn_rules, load_slos, span
+from alerts.rules import duration_text
+from alerts.slo import SLI, SLO, WINDOWS, burn_rules, load_slos
 from controlplane import metrics
 from dashboards import prometheus, prometheus_slo
 from tests.dashboards.test_prometheus_rules import balanced, exported_names
@@ -45,11 +46,11 @@ def test_each_slo_has_a_group_of_recorded_burn_rates_then_its_four_alerts(commit
         assert [a["alert"] for a in alerts] == [r.name for r in burn_rules([slo])]
         for alert, window in zip(alerts, WINDOWS, strict=True):
             factor = window.factor(slo.period)
-            assert alert["labels"] == {"severity": window.severity.value, "long": span(window.long),
-                                       "short": span(window.short), "slo": slo.name}  # fmt: skip
+            assert alert["labels"] == {"severity": window.severity.value, "long": duration_text(window.long),
+                                       "short": duration_text(window.short), "slo": slo.name}  # fmt: skip
             assert alert["for"] == "0s" and alert["expr"].endswith(f") > {prometheus.number(factor)}")
-            assert f'rate{span(window.long)}{{slo="{slo.name}"}}' in alert["expr"]
-            assert f'rate{span(window.short)}{{slo="{slo.name}"}}' in alert["expr"]
+            assert f'rate{duration_text(window.long)}{{slo="{slo.name}"}}' in alert["expr"]
+            assert f'rate{duration_text(window.short)}{{slo="{slo.name}"}}' in alert["expr"]
             assert {"summary", "description", "runbook_url", "why"} == set(alert["annotations"])
         for rule in rules:
             assert balanced(rule["expr"]), rule["expr"]
