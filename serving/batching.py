@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -65,10 +65,12 @@ class Pending:
     tensors: dict[str, np.ndarray]
     batch: int
     seq_len: int
-    group: GroupKey
     enqueued_at: float
     deadline: float
-    future: Future = field(default_factory=Future)
+    group: GroupKey | None = None  # set when queued: the shapes it may share a batch with
+    # Where a queued request's answer goes; an inline one's goes to `answer`, read by the caller's own thread.
+    future: Future | None = None
+    answer: dict[str, np.ndarray] | ServingError | None = None
     state: _State = _State.QUEUED
     inline: bool = False  # admitted to run in the caller's thread, in Batcher.result
     queue_s: float = 0.0
@@ -189,15 +191,17 @@ class Batcher:
                     f"({self._queued_samples} of {self.max_queue_size} samples waiting)",
                     retry_after=retry,
                 )
-            group = group_key(self._spec, tensors, self._spec.bucket_of(seq_len))
-            pending = Pending(tensors, batch, seq_len, group, now, now + timeout_s)
+            pending = Pending(tensors, batch, seq_len, now, now + timeout_s)
             idle = not self._queue and not self._running
             self._idle_arrivals = self._idle_arrivals + 1 if idle else 0
             if caller_runs and idle and self._idle_arrivals > INLINE_AFTER:
-                # NOTE: what an idle executor would have done at once, without the two thread hand-offs.
+                # NOTE: what an idle executor would have done at once, without the two thread hand-offs
+                # (nor a Future: the answer stays in this thread).
                 pending.state, pending.inline = _State.RUNNING, True
                 self._running += 1
                 return pending
+            pending.group = group_key(self._spec, tensors, self._spec.bucket_of(seq_len))
+            pending.future = Future()
             self._depth_changing(now)
             self._queue.append(pending)
             self._queued_samples += batch
@@ -223,16 +227,22 @@ class Batcher:
                     # NOTE: waking idle executors for nothing would cost more CPU than the hand-off saved.
                     if self._queue or self._idle_waiters:
                         self._cond.notify_all()
-            return pending.future.result()
+            answer = pending.answer
+            if isinstance(answer, ServingError):
+                raise answer
+            assert answer is not None  # _execute or _expire answered it before `_running` dropped
+            return answer
+        future = pending.future
+        assert future is not None  # every queued request has one (submit)
         try:
-            return pending.future.result(timeout=max(0.0, pending.deadline - self._clock()))
+            return future.result(timeout=max(0.0, pending.deadline - self._clock()))
         except FutureTimeout:
             with self._cond:
                 if pending.state is _State.QUEUED:
                     self._remove(pending)
                     self._expire(pending)
         # Either expired just now, or already running: running requests finish.
-        return pending.future.result()
+        return future.result()
 
     def reconfigure(self, *, max_batch_size: int, max_queue_delay_s: float, max_queue_size: int) -> int:
         """Change the batch, delay and queue limits at once, under the lock; return how many requests it refused.
@@ -256,11 +266,12 @@ class Batcher:
                 self._remove(pending)
                 pending.state = _State.DONE
                 self._stats.rejected += 1
-                pending.future.set_exception(
+                _answer(
+                    pending,
                     InvalidInput(
                         f"batch size {pending.batch} is over the limit of {max_batch_size} for '{self._spec.name}', "
                         "lowered while the request waited; it was not run"
-                    )
+                    ),
                 )
             depth = self._queued_samples
             self._cond.notify_all()
@@ -435,8 +446,9 @@ class Batcher:
         pending.state = _State.DONE
         self._stats.timeouts += 1
         waited = self._clock() - pending.enqueued_at
-        pending.future.set_exception(
-            DeadlineExceeded(f"deadline passed after {waited * 1000:.0f} ms in the queue; the request was not run")
+        _answer(
+            pending,
+            DeadlineExceeded(f"deadline passed after {waited * 1000:.0f} ms in the queue; the request was not run"),
         )
         if self._observer:
             self._observer.request_done(RequestOutcome.TIMEOUT, waited, 0.0, waited)
@@ -461,11 +473,7 @@ class Batcher:
         # NOTE: count first, answer second, so a caller who reads the stats after its answer sees itself.
         self._record(batch, results, size, isolated, compute, end)
         for pending in batch:
-            result = results[pending]
-            if isinstance(result, ServingError):
-                pending.future.set_exception(result)
-            else:
-                pending.future.set_result(result)
+            _answer(pending, results[pending])
 
     def _error(self, exc: Exception) -> ServingError:
         """Turn the failure of one request run alone into the error it answers with."""
@@ -514,6 +522,16 @@ class Batcher:
             self._observer.batch_done(size, real, padded, compute)
             for p in batch:
                 self._observer.request_done(outcomes[p], p.queue_s, compute, end - p.enqueued_at)
+
+
+def _answer(pending: Pending, result: dict[str, np.ndarray] | ServingError) -> None:
+    """Hand a request its outputs or its error: through its future, or to the caller running it inline."""
+    if pending.future is None:
+        pending.answer = result
+    elif isinstance(result, ServingError):
+        pending.future.set_exception(result)
+    else:
+        pending.future.set_result(result)
 
 
 def _outcome(result: dict[str, np.ndarray] | ServingError) -> RequestOutcome:

@@ -17,11 +17,41 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import orjson
 
 from serving.errors import InvalidInput
 from serving.tensors import DATATYPES, datatype_of
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
+
+# Digits map to "0", every other byte to a space: a run of 20 digits is then one substring search.
+_DIGITS_ONLY = bytes(0x30 if 0x30 <= c <= 0x39 else 0x20 for c in range(256))
+
+
+def _loads(raw: bytes) -> Any:
+    """Parse JSON as `json.loads` does, through orjson (3-7x faster) wherever the two agree."""
+    # NOTE: orjson reads an integer past 64 bits as a float, where json keeps it exact (the codec
+    # refuses or accepts such values by their exact kind), so a body with a 20-digit run goes to
+    # json; so does all orjson refuses (NaN, a BOM, lone surrogates, deep nesting), to keep json's answers.
+    if b"0" * 20 not in raw.translate(_DIGITS_ONLY):
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(raw)
+
+
+def _dumps(response: dict[str, Any], finite: bool) -> bytes:
+    """Serialise as compact `json.dumps` would, through orjson (about 20x faster) where it can."""
+    # NOTE: orjson writes NaN and infinities as null and refuses lone surrogates; json.dumps keeps
+    # writing those bodies as it always did. Otherwise they differ only in spelling (1e-5 for 1e-05,
+    # raw UTF-8 for \u escapes): the same values to any JSON reader.
+    if finite:
+        try:
+            return orjson.dumps(response)
+        except orjson.JSONEncodeError:
+            pass
+    return json.dumps(response, separators=(",", ":")).encode()
 
 
 @dataclass
@@ -180,7 +210,7 @@ def decode_request(body: bytes, header_length: int | None = None) -> InferReques
             raise InvalidInput(f"{HEADER_LENGTH} {header_length} does not fit a body of {len(body)} bytes")
         header_bytes, binary = body[:header_length], body[header_length:]
     try:
-        payload = json.loads(header_bytes)
+        payload = _loads(header_bytes)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidInput(f"malformed JSON: {exc}") from None
     except RecursionError:
@@ -275,6 +305,7 @@ def encode_response(
     """Encode outputs; return (body, JSON header length or None when all JSON)."""
     outputs = []
     chunks: list[bytes] = []
+    finite = True
     for want in wanted:
         # NOTE: not ascontiguousarray, which turns a scalar into shape [1]; tobytes is row-major anyway.
         array = np.asarray(results[want.name])
@@ -290,12 +321,14 @@ def encode_response(
         elif array.dtype.kind == "O":
             entry["data"] = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in array.ravel()]
         else:
+            if array.dtype.kind in "fc":
+                finite = finite and bool(np.isfinite(array).all())
             entry["data"] = array.ravel().tolist()
         outputs.append(entry)
     response: dict[str, Any] = {"model_name": model_name, "model_version": model_version, "outputs": outputs}
     if request_id is not None:
         response["id"] = request_id
-    header = json.dumps(response, separators=(",", ":")).encode()
+    header = _dumps(response, finite)
     if not chunks:
         return header, None
     return header + b"".join(chunks), len(header)

@@ -117,7 +117,8 @@ def requests_total(client, **labels: str) -> float:
     assert response.status_code == 200
     for family in text_string_to_metric_families(response.get_data(as_text=True)):
         for sample in family.samples:
-            if sample.name == "flightdeck_inference_requests_total" and sample.labels == labels:
+            node = sample.labels.pop("node", None)  # every series names its node (FLIGHTDECK_NODE)
+            if sample.name == "flightdeck_inference_requests_total" and sample.labels == labels and node:
                 return sample.value
     return 0.0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -107,7 +108,17 @@ def test_bad_requests_among_concurrent_good_ones_fail_alone_with_400(
         assert answer.error, f"{name}: a 400 must say why"
     # Client mistakes are not the server's: nothing here may count toward the error-rate alert, and the
     # three that ONNX Runtime refused inside the graph are counted as client errors.
-    after = outcomes(fleet)
+    # Each worker writes its counts at most metricsflush.FLUSH_INTERVAL_S after the request: wait for all of them.
+    deadline = time.monotonic() + 30
+    while True:
+        after = outcomes(fleet)
+        done = (
+            after.get("success", 0) - before.get("success", 0),
+            after.get("client_error", 0) - before.get("client_error", 0),
+        )
+        if done[0] >= len(good) and done[1] >= 3:
+            break
+        assert time.monotonic() < deadline, (before, after)
     assert after.get("error", 0) == before.get("error", 0) == 0, after
     assert after.get("client_error", 0) - before.get("client_error", 0) >= 3, (before, after)
     assert after["success"] - before["success"] == len(good), (before, after)

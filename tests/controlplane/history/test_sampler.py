@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import REGISTRY
 from sqlalchemy import func, select
 
+from controlplane.metricsflush import flush_all
 from controlplane.models import DeviceSample, SlotSample
 
 REQUESTS = "flightdeck_inference_requests_total"
@@ -74,6 +75,7 @@ def test_requests_the_model_refuses_are_client_errors_never_server_errors(app, c
         }
 
     def counted() -> dict[str, float]:
+        flush_all()  # per-request counts wait in memory until a flush (at most metricsflush.FLUSH_INTERVAL_S)
         labels = {"model": "textcls", "version": "1", "slot": "blue"}
         counts = {o: REGISTRY.get_sample_value(REQUESTS, {**labels, "outcome": o}) for o in ("client_error", "error")}
         invalid = REGISTRY.get_sample_value(
