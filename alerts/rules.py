@@ -76,6 +76,14 @@ class Insufficient:
     reason: str
 
 
+def too_little_traffic(requests: int, needed: int, window: timedelta) -> Insufficient:
+    """Say that `requests` in `window` are fewer than the `needed` to judge by (rules and SLOs alike)."""
+    noun = "request" if requests == 1 else "requests"
+    return Insufficient(
+        f"not enough traffic: {requests} {noun} in {duration_text(window)}, fewer than the {needed} needed"
+    )
+
+
 class _NoValue:
     """Stands in for a missing value in a template: every format spec renders `n/a`, never `nan%`."""
 
@@ -102,11 +110,7 @@ class Condition:
 
     def too_little_traffic(self, requests: int) -> Insufficient:
         """Say that `requests` in the window are fewer than the condition needs to judge by."""
-        noun = "request" if requests == 1 else "requests"
-        window = duration_text(self.window)
-        return Insufficient(
-            f"not enough traffic: {requests} {noun} in {window}, fewer than the {self.min_requests} needed"
-        )
+        return too_little_traffic(requests, self.min_requests, self.window)
 
 
 @dataclass(frozen=True)

@@ -102,6 +102,8 @@ WINDOWS: tuple[BurnWindow, ...] = (
     BurnWindow(Severity.P1, 0.10, timedelta(days=1), timedelta(hours=2)),
     BurnWindow(Severity.P1, 0.10, timedelta(days=3), timedelta(hours=6)),
 )
+# Every window some burn alert reads, shortest first (each is recorded, and shown, once).
+ALERT_WINDOWS: tuple[timedelta, ...] = tuple(sorted({w.long for w in WINDOWS} | {w.short for w in WINDOWS}))
 
 
 def burn_rate(bad: int, total: int, slo: SLO) -> float | None:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 
 from alerts.rules import Rule, duration_text
-from alerts.slo import SLI, SLO, WINDOWS, BurnRule, burn_rules
+from alerts.slo import ALERT_WINDOWS, SLI, SLO, BurnRule, burn_rules
 
 REQUESTS = "flightdeck_inference_requests_total"
 REQUEST_SECONDS = "flightdeck_inference_request_seconds"
@@ -72,14 +72,13 @@ def _enough(slo: SLO, window: timedelta) -> str:
 
 def recording_rules(slo: SLO) -> list[dict]:
     """One recording rule per window any burn alert reads: the burn rate over it, labelled with the SLO."""
-    windows = sorted({w.long for w in WINDOWS} | {w.short for w in WINDOWS})
     return [
         {
             "record": RECORD.format(window=duration_text(window)),
             "expr": f"({bad_share(slo, window)}) / {_number(slo.budget)}{_enough(slo, window)}",
             "labels": {"slo": slo.name},
         }
-        for window in windows
+        for window in ALERT_WINDOWS
     ]
 
 

@@ -106,11 +106,6 @@ def markdown_link(url: str, label: str) -> str:
     return f"[{label}]({url})"
 
 
-def markdown_links(alert: Alert) -> str:
-    """Return the alert's console and runbook links as Markdown, joined by a middle dot ('' when none)."""
-    return " · ".join(markdown_link(url, label) for url, label in links(alert))
-
-
 def _as_is(text: str) -> str:
     return text
 

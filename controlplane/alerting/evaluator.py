@@ -184,7 +184,7 @@ class AlertEvaluator:
                         "severity": Severity.P0.value,
                         "escalated_from": row.labels.get("severity", ""),
                     }
-                    row.last_notified_at = None  # the escalation goes out now, to the P0 receivers
+                    row.last_notified_at = None  # not yet told at P0: dispatch sees a new severity as news
                     escalated += 1
         return escalated
 

@@ -102,10 +102,7 @@ class SilenceCreate(RequestBody):
     @classmethod
     def _duration(cls, value: str | None) -> str | None:
         if value:
-            try:
-                parse_duration(value, "'duration'")
-            except RuleError as exc:
-                raise ApiError(str(exc)) from None
+            _duration_seconds(value, "duration")
         return value
 
     @model_validator(mode="after")

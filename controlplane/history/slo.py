@@ -19,8 +19,8 @@ from typing import Any
 from sqlalchemy import Integer, Select, case, cast, func, select, true
 from sqlalchemy.orm import Session
 
-from alerts.rules import Insufficient, duration_text
-from alerts.slo import SLI, SLO, WINDOWS, BurnRule, budget_remaining, burn_rate, rule_name
+from alerts.rules import Insufficient, duration_text, too_little_traffic
+from alerts.slo import ALERT_WINDOWS, SLI, SLO, WINDOWS, BurnRule, budget_remaining, burn_rate, rule_name
 from controlplane.models import SlotSample
 from serving.histogram import GROWTH, bucket_of, lower_edge
 
@@ -111,9 +111,7 @@ def burn_observation(session: Session, rule: BurnRule, now: datetime) -> dict[Ke
     # NOTE: a window with too few requests is no evidence either way: the alert says so rather than judge.
     for window, c in zip(windows, counts, strict=True):
         if c.total < slo.min_requests:
-            noun = "request" if c.total == 1 else "requests"
-            why = f"not enough traffic: {c.total} {noun} in {duration_text(window)}, fewer than the {slo.min_requests} needed"
-            return {key: Insufficient(why)}
+            return {key: too_little_traffic(c.total, slo.min_requests, window)}
     return {key: min(burn_rate(c.bad, c.total, slo) or 0.0 for c in counts)}
 
 
@@ -124,7 +122,7 @@ def _burning(counts: Counts, slo: SLO, factor: float) -> bool:
 
 def slo_status(session: Session, slo: SLO, now: datetime) -> dict[str, Any]:
     """Describe one SLO now: objective, period, good/total, budget left, and the burn rate over each alert window."""
-    windows = sorted({w.long for w in WINDOWS} | {w.short for w in WINDOWS})
+    windows = ALERT_WINDOWS
     whole, *parts = window_counts(session, slo, now, [slo.period, *windows])
     remaining = budget_remaining(whole.bad, whole.total, slo)
     burn = {duration_text(w): burn_rate(c.bad, c.total, slo) for w, c in zip(windows, parts, strict=True)}
