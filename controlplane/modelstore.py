@@ -27,17 +27,21 @@ log = logging.getLogger(__name__)
 
 LEGACY_STORE = "models"  # HOME/models: the store before the registry; read once, then moved aside
 # Files under HOME that must stay private: password hashes, the signing secret, the first admin's password.
-PRIVATE_FILES = ("flightdeck.db", "flightdeck.db-wal", "flightdeck.db-shm", "session-secret", "initial-admin-password")
+PRIVATE_FILES = (
+    "flightdeck.db", "flightdeck.db-wal", "flightdeck.db-shm", "session-secret", "secret.key", "initial-admin-password",
+)  # fmt: skip
 Stored = set[tuple[str, str]]  # (name, version) pairs the registry holds after a push
 
 
 def prepare_home(settings: Settings) -> None:
     """Create the data directory (0700) and its log and scratch folders, the session secret; warn of loose modes."""
+    from controlplane.alerting.secretbox import Keyring
     from controlplane.auth.session_secret import session_secret
 
     for folder in (settings.home, settings.log_dir, settings.home / "tmp"):
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     session_secret(settings)  # NOTE: generated here, before any worker starts, when none is configured
+    Keyring.for_settings(settings).ensure()  # the receiver secrets' key, likewise
     for loose in loosened_paths(settings.home):
         log.warning(
             "%s is open to other OS users (mode %o); chmod go-rwx it", loose, stat.S_IMODE(loose.stat().st_mode)
@@ -139,20 +143,13 @@ def seed_demo_models(settings: Settings, sessions: sessionmaker[Session], built:
 
 def prepare_store(settings: Settings, sessions: sessionmaker[Session]) -> None:
     """Bring the registry up to date at start: an old HOME/models, the demo models on a first start, stale copies."""
+    from controlplane.alerting.secretbox import Keyring, seal_plaintext
     from controlplane.registry.service import Registry
 
     prepare_home(settings)
+    sealed = seal_plaintext(sessions, Keyring.for_settings(settings))  # receivers saved before encryption existed
+    if sealed:
+        log.info("encrypted the secrets of %d receiver(s) stored in plaintext", sealed)
     migrate_legacy_store(settings, sessions)
     seed_demo_models(settings, sessions)
     Registry.for_settings(sessions, settings).prune_copies()
-
-
-def version_folder(settings: Settings, sessions: sessionmaker[Session], name: str, version: str) -> Path:
-    """Return a local folder of a registry version (model.onnx, manifest.json), fetched into the cache if stored in S3.
-
-    NotFound if the registry lacks it; StorageUnavailable if the object store cannot give it whole.
-    """
-    from controlplane.registry.service import Registry
-
-    registry = Registry.for_settings(sessions, settings)
-    return registry.folder(registry.get(name, version))

@@ -34,9 +34,13 @@ def name_digest(name: str) -> str:
     return hmac.new(key, name.casefold().encode(), hashlib.sha256).hexdigest()[:16]
 
 
-def _recorded_name(db: Session, name: str, detail: dict[str, Any]) -> str:
+def _has_account(db: Session, name: str) -> bool:
+    """Say whether `name` is an account that may log in (what `users.authenticate` calls a known user)."""
+    return bool(users.NAME.match(name)) and name.lower() not in users.RESERVED and users.get_user(db, name) is not None
+
+
+def _recorded_name(name: str, known: bool, detail: dict[str, Any]) -> str:
     """Return the audit target for a typed name: itself when an account has it, else UNKNOWN_NAME (hash in detail)."""
-    known = users.NAME.match(name) and name.lower() not in users.RESERVED and users.get_user(db, name) is not None
     if known:
         return name
     detail["name_hash"] = name_digest(name)
@@ -50,7 +54,7 @@ def log_in(db: Session, throttle: LoginThrottle, name: str, password: str, addre
     if wait:
         # NOTE: refused before the password is checked, so a locked-out guesser learns nothing.
         detail: dict[str, Any] = {"reason": "throttled", "retry_after_s": math.ceil(wait)}
-        record_event(db, None, "auth.login", _recorded_name(db, name, detail), "denied", detail)
+        record_event(db, None, "auth.login", _recorded_name(name, _has_account(db, name), detail), "denied", detail)
         db.commit()
         raise TooManyAttempts(f"too many failed logins; try again in {math.ceil(wait)} s", math.ceil(wait))
     user, reason = users.authenticate(db, name, password)
@@ -59,7 +63,9 @@ def log_in(db: Session, throttle: LoginThrottle, name: str, password: str, addre
         detail = {"reason": "disabled" if reason == "disabled" else BAD_CREDENTIALS, "failures": throttle.failures(key)}
         if lockout:
             detail["locked_for_s"] = math.ceil(lockout)
-        record_event(db, None, "auth.login", _recorded_name(db, name, detail), "denied", detail)
+        # NOTE: authenticate already looked the name up: "unknown_user" is exactly "no such account".
+        known = reason != "unknown_user"
+        record_event(db, None, "auth.login", _recorded_name(name, known, detail), "denied", detail)
         db.commit()
         raise Unauthorized("wrong name or password")
     throttle.succeeded(key)

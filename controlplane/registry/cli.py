@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-from sqlalchemy.orm import Session
 
 from controlplane.clicontext import CliContext, CliError, FlightdeckGroup, emit_json, json_option, pass_cli
 from controlplane.errors import ApiError
@@ -62,13 +61,6 @@ class StageBar:
         else:
             amount = f"{done}/{total}"
         return f"{_LABELS.get(stage, stage):<15} [{'#' * filled}{'.' * (_WIDTH - filled)}] {amount}"
-
-
-def _cli_audit(session: Session, action: str, target: str, outcome: str, detail: dict[str, Any]) -> None:
-    from controlplane.auth import record_event
-    from controlplane.auth.cli import cli_actor
-
-    record_event(session, cli_actor(), action, target, outcome, detail)
 
 
 def _pusher() -> str:
@@ -235,9 +227,12 @@ def _check(archive: Path, limits: ArchiveLimits, bar: StageBar) -> None:
 @pass_cli
 def push(obj: CliContext, archive: Path, sha256: str | None) -> None:
     """Validate and store an archive in the registry."""
+    from controlplane.auth.audit import audit_as
+    from controlplane.auth.cli import cli_actor
+
     bar = StageBar()
     try:
-        row, created = obj.registry.push(archive, _pusher(), sha256, audit=_cli_audit, progress=bar)
+        row, created = obj.registry.push(archive, _pusher(), sha256, audit=audit_as(cli_actor()), progress=bar)
     finally:
         bar.close()
     state = "pushed" if created else "already there (same archive)"
@@ -282,8 +277,10 @@ def show(obj: CliContext, name: str, version: str) -> None:
 @pass_cli
 def delete(obj: CliContext, name: str, version: str) -> None:
     """Delete a version and its files (refused while it is deployed)."""
+    from controlplane.auth.audit import audit_as
+    from controlplane.auth.cli import cli_actor
     from controlplane.rollout.service import deployed_check
 
     reg = obj.registry
-    reg.delete(name, version, _pusher(), deployed=deployed_check(reg.sessions), audit=_cli_audit)
+    reg.delete(name, version, _pusher(), deployed=deployed_check(reg.sessions), audit=audit_as(cli_actor()))
     click.echo(f"deleted {name} {version}")

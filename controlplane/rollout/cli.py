@@ -26,6 +26,7 @@ from controlplane.clicontext import (
     json_option,
     pass_cli,
 )
+from controlplane.rollout.readmodel import ACTIONS
 from controlplane.rollout.states import DEPLOY_STRATEGIES, Slot, Strategy
 
 if TYPE_CHECKING:
@@ -76,7 +77,6 @@ def deploy(
 ) -> None:  # fmt: skip
     """Start rolling MODEL out to VERSION (or, for a model not deployed yet, start serving VERSION)."""
     from controlplane.models import Deployment
-    from controlplane.modelstore import version_folder
     from controlplane.rollout import deployments, follow, service
 
     try:
@@ -84,7 +84,7 @@ def deploy(
         parsed_policy = json.loads(policy) if policy else None
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
-    if not (version_folder(obj.settings, obj.sessions, model, version) / "model.onnx").is_file():
+    if not (obj.registry.folder(obj.registry.get(model, version)) / "model.onnx").is_file():
         raise CliError(f"model '{model}' has no version {version}; push it to the registry first")
     with obj.session() as session:
         if session.get(Deployment, model) is None:  # never served: a first deploy, like the API's
@@ -158,7 +158,7 @@ def rollback(obj: CliContext, model: str, wait: bool, timeout_s: float) -> None:
 
 @rollout.command("act")
 @click.argument("rollout_id", type=int)
-@click.argument("action", type=click.Choice(["promote", "promote_all", "pause", "resume", "abort"]))
+@click.argument("action", type=click.Choice(ACTIONS))
 @pass_cli
 def act(obj: CliContext, rollout_id: int, action: str) -> None:
     """Promote (a step or all the way), pause, resume or abort a rollout."""

@@ -7,46 +7,18 @@ process's reconciler (`rollout.reconciler`) applies a new generation and reports
 
 from __future__ import annotations
 
-import math
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from controlplane.errors import ApiError
 from controlplane.models import EngineDesired, EngineStatus
 from controlplane.rollout.service import Audit
 from controlplane.scheduler import utcnow
 
 BATCHING_LIMITS = ("max_batch_size", "max_queue_delay_ms", "max_queue_size")
 HEARD_FROM_S = 60.0  # a process whose engine_status is older than this is taken to be gone
-
-
-def check_batching(body: dict[str, Any]) -> dict[str, int | float | None]:
-    """Validate a batching change: any of max_batch_size >= 1, max_queue_delay_ms >= 0, max_queue_size >= 1.
-
-    A null value hands that limit back to each process's own setting.
-    """
-    unknown = sorted(set(body) - set(BATCHING_LIMITS))
-    if unknown:
-        raise ApiError(f"unknown batching limit(s) {unknown}; use {list(BATCHING_LIMITS)}")
-    if not body:
-        raise ApiError(f"give at least one of {list(BATCHING_LIMITS)}")
-    changes: dict[str, int | float | None] = {}
-    for key, value in body.items():
-        number = isinstance(value, int | float) and not isinstance(value, bool)
-        if value is None:
-            changes[key] = None
-        elif key == "max_queue_delay_ms":
-            if not number or not math.isfinite(value) or value < 0:
-                raise ApiError(f"'max_queue_delay_ms' must be a number of at least 0 (or null), not {value!r}")
-            changes[key] = float(value)
-        else:
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ApiError(f"'{key}' must be an integer of at least 1 (or null), not {value!r}")
-            changes[key] = value
-    return changes
 
 
 def engine_desired(session: Session, now: datetime | None = None) -> EngineDesired:

@@ -38,10 +38,7 @@ class Outcome:
 
 def _leader_alive(session: Session, now: datetime) -> bool:
     lease = session.get(Lease, "scheduler")
-    if lease is None:
-        return False
-    expires = lease.expires_at if lease.expires_at.tzinfo else lease.expires_at.replace(tzinfo=UTC)
-    return expires > now
+    return lease is not None and lease.expires_at > now  # UtcDateTime: always an aware datetime
 
 
 def succeeded(rollout: dict[str, Any], *, rollback: bool) -> bool:
