@@ -100,7 +100,7 @@ class Contract:
     path: Mapping[str, str] = field(default_factory=dict)
 
     def adapter(self) -> TypeAdapter[Any] | None:
-        """Return the response's adapter (cached per contract), or None when the response is not JSON."""
+        """Return the response's adapter (cached per response type), or None when the response is not JSON."""
         return _adapter(self.response) if self.response is not None and self.media == JSON else None
 
 

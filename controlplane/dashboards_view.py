@@ -2,7 +2,7 @@
 
 No CDN: plotly.js is the bundle that ships inside the `plotly` Python package, so the console works
 on a machine with no internet. The figures come from `dashboards.figures` over the history service
-(`app_services(app).history`, any object with the `History` methods below).
+(`current_services().history`, any object with the `History` methods below).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from controlplane.contract import Reply
+from controlplane.rollout.states import Slot
 from controlplane.schemas import OipError as OipError  # the /v2 error form, with the protocol's messages
 
 Datatype = Literal[
@@ -130,7 +131,7 @@ class ModelStats(Reply):
 
     name: str
     version: str
-    slot: Literal["blue", "green"]
+    slot: Slot
     provider: str
     last_inference: int = Field(description="ms since the epoch")
     inference_count: int
@@ -147,21 +148,6 @@ class ModelStats(Reply):
 
 class ModelStatistics(Reply):
     model_stats: list[ModelStats]
-
-
-class RepositoryIndexRequest(_Open):
-    ready: bool = Field(False, description="only the models that are ready")
-
-
-class RepositoryModel(Reply):
-    name: str
-    version: str | None = None
-    state: Literal["READY", "LOADING", "UNAVAILABLE"]
-    reason: str
-
-
-class RepositoryLoad(_Open):
-    parameters: Parameters | None = None
 
 
 ModelConfig = dict[str, Any]
