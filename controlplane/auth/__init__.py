@@ -7,7 +7,7 @@ services that take an `Audit` callback, the CLI `audit.audit_as(cli_actor())`. T
 """
 
 from controlplane.auth.audit import audited, record_event
-from controlplane.auth.guard import current_actor, public, request_audit, require_role
+from controlplane.auth.guard import current_actor, public, refusals_audited, request_audit, require_role
 from controlplane.auth.roles import SYSTEM_ACTOR, Actor, Role
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "current_actor",
     "public",
     "record_event",
+    "refusals_audited",
     "request_audit",
     "require_role",
 ]

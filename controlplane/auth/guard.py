@@ -13,7 +13,7 @@ import hmac
 import logging
 import secrets
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from flask import Response, current_app, g, request, session
@@ -21,7 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from controlplane.auth import login_sessions, tokens
-from controlplane.auth.audit import record_event
+from controlplane.auth.audit import record_event, refusals_recorded
 from controlplane.auth.errors import AuthError, Forbidden, Unauthorized
 from controlplane.auth.roles import Actor, Role
 from controlplane.context import current_services
@@ -43,14 +43,18 @@ _UNSET = object()
 View = TypeVar("View", bound=Callable[..., Any])
 
 
-def _touch(token_id: int, now: datetime) -> None:
+def _in_own_transaction(change: Callable[[Session], object], what: str) -> None:
     # NOTE: a separate short transaction, so the request's own session commits nothing it did not ask for.
     try:
         with current_services().sessions() as db:
-            tokens.touch(db, token_id, now)
+            change(db)
             db.commit()
     except SQLAlchemyError:
-        log.warning("could not record the use of token %d", token_id, exc_info=True)
+        log.warning("could not record %s", what, exc_info=True)
+
+
+def _touch(token_id: int, now: datetime) -> None:
+    _in_own_transaction(lambda db: tokens.touch(db, token_id, now), f"the use of token {token_id}")
 
 
 def _actor_from_token(secret: str) -> Actor | None:
@@ -72,9 +76,17 @@ def _actor_from_cookie() -> Actor | None:
         return None
     # The cookie's random id must name a live session row: logout, a password or role change and
     # disabling the user delete it, and nothing in the cookie is derived from the password hash.
-    user = login_sessions.find_session(get_db(), session_id, datetime.now(UTC))
-    if user is None:
+    found = login_sessions.find_login(get_db(), session_id)
+    if found is None:
         return None
+    login, user = found
+    now = datetime.now(UTC)
+    idle = timedelta(minutes=current_services().settings.session_idle_minutes)
+    if not login_sessions.is_live(login, user, now, idle):  # past its absolute or idle timeout: gone for good
+        _in_own_transaction(lambda db: login_sessions.end_session(db, session_id), "the end of a timed-out session")
+        return None
+    if login_sessions.touch_due(login, now):
+        _in_own_transaction(lambda db: login_sessions.touch(db, login.id, now), "the use of a login session")
     return Actor(name=user.name, role=Role(user.role), kind="user", user_id=user.id)
 
 
@@ -101,6 +113,24 @@ def request_audit(session: Session, action: str, target: str, outcome: str, deta
     record_event(session, current_actor(), action, target, outcome, detail)
 
 
+def refusals_audited(action: str, target: Callable[..., str]) -> Callable[[View], View]:
+    """Record any refusal of the view, its body's parsing included, as a 'denied' or 'error' event (above `operation`).
+
+    `target(**view_kwargs)` names what the request aimed at. For views whose services do not
+    record their own refusals; one that does (`audited`) would record it twice.
+    """
+
+    def decorate(view: View) -> View:
+        @functools.wraps(view)
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            with refusals_recorded(get_db(), current_actor(), action, target(**kwargs)):
+                return view(*args, **kwargs)
+
+        return recorded  # type: ignore[return-value]
+
+    return decorate
+
+
 def bearer_actor() -> Actor | None:
     """Return the actor of this request's bearer token, or None (a session cookie does not count)."""
     actor = current_actor()
@@ -111,7 +141,9 @@ def start_session(user: User) -> str:
     """Log `user` in on this response's session cookie; return the new CSRF token."""
     session.clear()  # NOTE: a fresh session at login, so nothing set before it (fixation) survives
     lifetime = current_app.permanent_session_lifetime
-    session["sid"] = login_sessions.open_session(get_db(), user, datetime.now(UTC), lifetime)  # the caller commits
+    session["sid"] = login_sessions.open_session(
+        get_db(), user, datetime.now(UTC), lifetime, request.remote_addr, request.user_agent.string
+    )  # the caller commits
     session["csrf"] = secrets.token_urlsafe(32)
     g.actor = Actor(name=user.name, role=Role(user.role), kind="user", user_id=user.id)
     return session["csrf"]

@@ -6,15 +6,13 @@ each body before the view runs and validates what the view answers.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, TypeVar
+from typing import Any
 
 from flask import Blueprint
 from sqlalchemy.orm import Session
 
-from controlplane.auth import Role, current_actor, request_audit, require_role
+from controlplane.auth import Role, current_actor, refusals_audited, request_audit, require_role
 from controlplane.auth.audit import refusals_recorded
 from controlplane.context import current_services
 from controlplane.contract import operation
@@ -41,26 +39,11 @@ from controlplane.rollout.states import Slot
 
 bp = Blueprint("rollouts", __name__, url_prefix="/api")
 
-View = TypeVar("View", bound=Callable[..., Any])
 MODEL = {"name": "a model in the registry"}
 
 
 def _refusals_recorded(session: Session, action: str, target: str) -> AbstractContextManager[None]:
     return refusals_recorded(session, current_actor(), action, target)
-
-
-def _body_refusals_recorded(action: str, target: str) -> Callable[[View], View]:
-    """Record every refusal of the request as an 'error' event, a refused body's included (goes above `operation`)."""
-
-    def decorate(view: View) -> View:
-        @functools.wraps(view)
-        def audited(*args: Any, **kwargs: Any) -> Any:
-            with _refusals_recorded(get_db(), action, target):
-                return view(*args, **kwargs)
-
-        return audited  # type: ignore[return-value]
-
-    return decorate
 
 
 def _committed(session: Session) -> None:
@@ -185,7 +168,7 @@ def _engine_status_json(row: EngineStatus) -> dict[str, Any]:
 
 @bp.put("/engine/batching")
 @require_role(Role.OPERATOR, action="engine.batching")
-@_body_refusals_recorded("engine.batching", "engine")
+@refusals_audited("engine.batching", lambda: "engine")
 @operation(body=BatchingChange, response=BatchingView)
 def set_batching(body: BatchingChange) -> dict[str, Any]:
     """Set batching limits for every serving process; each process's reconciler applies them to its batchers."""

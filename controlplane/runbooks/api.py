@@ -8,15 +8,12 @@ this process; GET /api/runbooks/runs/<id> follows it. A refused request, a body 
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from flask import Blueprint
 from sqlalchemy.orm import Session
 
-from controlplane.auth import Actor, Role, current_actor, require_role
-from controlplane.auth.audit import refusals_recorded
+from controlplane.auth import Actor, Role, current_actor, refusals_audited, require_role
 from controlplane.context import current_services
 from controlplane.contract import operation
 from controlplane.db import get_db
@@ -37,7 +34,6 @@ from controlplane.runbooks.states import RunState, Trigger
 
 bp = Blueprint("runbooks", __name__, url_prefix="/api/runbooks")
 
-View = TypeVar("View", bound=Callable[..., Any])
 RUNBOOK = {"name": "the runbook's name (its script's file name)"}
 RUN = {"run_id": "the run's id"}
 
@@ -56,19 +52,8 @@ def _trigger(actor: Actor) -> Trigger:
     return Trigger.CONSOLE if actor.kind == "user" else Trigger.PERSON
 
 
-def _refusals_audited(action: str) -> Callable[[View], View]:
-    """Record a refusal of the wrapped view as an audit event, the body's parsing (by `operation`) included."""
-
-    def decorate(view: View) -> View:
-        @functools.wraps(view)
-        def handler(*args: Any, **kwargs: Any) -> Any:
-            target = str(kwargs.get("name", kwargs.get("run_id")))
-            with refusals_recorded(get_db(), current_actor(), action, target):
-                return view(*args, **kwargs)
-
-        return handler  # type: ignore[return-value]
-
-    return decorate
+def _run_target(name: str | None = None, run_id: int | None = None, **_: Any) -> str:
+    return str(name if name is not None else run_id)
 
 
 def _launched(session: Session, runner: RunbookRunner, run: RunbookRun) -> RunbookRun:
@@ -98,7 +83,7 @@ def show_runbook(name: str) -> dict[str, Any]:
 
 @bp.post("/<name>/runs")
 @require_role(Role.OPERATOR, action="runbook.request")
-@_refusals_audited("runbook.request")
+@refusals_audited("runbook.request", _run_target)
 @operation(
     body=RunRequest, body_required=False, response=RunView, status=202, path=RUNBOOK,
     errors={404: "No such runbook", 409: "Another run is acting on the same target"},
@@ -135,7 +120,7 @@ def show_run(run_id: int) -> dict[str, Any]:
 
 @bp.post("/runs/<int:run_id>/approve")
 @require_role(Role.OPERATOR, action="runbook.approve")
-@_refusals_audited("runbook.approve")
+@refusals_audited("runbook.approve", _run_target)
 @operation(response=RunView, path=RUN, errors={404: "No such run", 409: "The run is not awaiting approval"})
 def approve_run(run_id: int) -> dict[str, Any]:
     """Approve a dangerous run as the second operator (never its requester); it starts at once."""
@@ -147,7 +132,7 @@ def approve_run(run_id: int) -> dict[str, Any]:
 
 @bp.post("/runs/<int:run_id>/reject")
 @require_role(Role.OPERATOR, action="runbook.reject")
-@_refusals_audited("runbook.reject")
+@refusals_audited("runbook.reject", _run_target)
 @operation(
     body=RejectRequest, body_required=False, response=RunView, path=RUN,
     errors={404: "No such run", 409: "The run has started"},
@@ -162,7 +147,7 @@ def reject_run(run_id: int, body: RejectRequest) -> dict[str, Any]:
 
 @bp.post("/runs/<int:run_id>/resume")
 @require_role(Role.OPERATOR, action="runbook.resume")
-@_refusals_audited("runbook.resume")
+@refusals_audited("runbook.resume", _run_target)
 @operation(response=RunView, status=202, path=RUN, errors={404: "No such run", 409: "The run did not fail"})
 def resume_run(run_id: int) -> tuple[dict[str, Any], int]:
     """Run a failed run's runbook again from the step it failed at (same arguments, same rules)."""
