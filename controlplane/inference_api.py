@@ -7,15 +7,15 @@ carries; the management API uses its own envelope (controlplane.errors).
 from __future__ import annotations
 
 import logging
-import time
 
 from flask import Blueprint, Response, g, json, request
 
-from controlplane import __version__, metrics
+from controlplane import __version__
 from controlplane.auth.errors import REALM
 from controlplane.auth.guard import bearer_actor
 from controlplane.context import current_services
 from controlplane.contract import operation
+from controlplane.inference import error_answer, read_body, serve
 from controlplane.inference_schemas import (
     InferenceRequest,
     InferenceResponse,
@@ -27,10 +27,8 @@ from controlplane.inference_schemas import (
     Ready,
     ServerMetadata,
 )
-from controlplane.requestlog import log_request
-from serving.codec import HEADER_LENGTH, decode_request, encode_response, select_outputs
-from serving.engine import Engine, LoadedVersion, Routed
-from serving.errors import InputRejected, InvalidInput, ModelNotFound, Overloaded, PayloadTooLarge, ServingError
+from serving.engine import Engine, LoadedVersion
+from serving.errors import ModelNotFound, ServingError
 from serving.modelconfig import triton_config
 from serving.runtime import CUDA
 from serving.tensors import ModelSpec
@@ -68,9 +66,9 @@ def _require_token() -> Response | None:
 
 @bp.errorhandler(ServingError)
 def _serving_error(exc: ServingError) -> Response:
-    response = _json({"error": exc.message}, exc.status)
-    if isinstance(exc, Overloaded):
-        response.headers["Retry-After"] = str(exc.retry_after)
+    answer = error_answer(exc)
+    response = Response(answer.body, status=answer.status, mimetype=answer.content_type)
+    response.headers.extend(answer.headers)
     return response
 
 
@@ -153,23 +151,8 @@ def model_ready(name: str, version: str | None = None) -> Response:
     return _json({"name": name, "ready": is_ready}, 200 if is_ready else 503)
 
 
-def _header_length() -> int | None:
-    raw = request.headers.get(HEADER_LENGTH)
-    if raw is None:
-        return None
-    if not (raw.isascii() and raw.isdigit()):
-        raise InvalidInput(f"{HEADER_LENGTH} must be a non-negative integer, not {raw!r}")
-    return int(raw)
-
-
 def _read_body(limit: int) -> bytes:
-    request.max_content_length = limit  # NOTE: above the app-wide limit for management bodies
-    if request.content_length is not None and request.content_length > limit:
-        raise PayloadTooLarge(f"request body of {request.content_length} bytes is over the limit of {limit}")
-    body = request.stream.read(limit + 1)
-    if len(body) > limit:
-        raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
-    return body
+    return read_body(request.environ, limit)
 
 
 @bp.post("/models/<name>/infer")
@@ -184,76 +167,13 @@ def _read_body(limit: int) -> bytes:
 )  # fmt: skip
 def infer(name: str, version: str | None = None) -> Response:
     """Run an inference: JSON tensors, or JSON then binary tensors (the binary tensor extension)"""
-    services = current_services()  # NOTE: once: each lookup through Flask's app proxy costs about a microsecond
-    settings, engine = services.settings, services.engine
-    started = time.perf_counter()
-    record: dict = {"request_id": g.request_id, "model": name, "version": version}
-    status = 500
-    tensors = None
-    try:
-        engine.check_admission(name)  # before decoding: refusing the excess must be cheap
-        body = _read_body(settings.max_request_bytes)
-        decode_started = time.perf_counter_ns()
-        decoded = decode_request(body, _header_length())
-        decode_ns = time.perf_counter_ns() - decode_started
-        timeout_us = decoded.timeout_us
-        decode_ms = (time.perf_counter() - started) * 1000
-        tensors = decoded.tensors
-        routed = engine.infer(
-            name,
-            decoded.tensors,
-            version=version,
-            timeout_s=None if timeout_us is None else timeout_us / 1e6,
-            route_key=request.headers.get("X-Route-Key"),
-            outputs=None if decoded.outputs is None else [o.name for o in decoded.outputs],
-        )
-        record.update(version=routed.version, slot=routed.slot, batch_size=routed.batch_size)
-        record.update(
-            decode_ms=round(decode_ms, 3),
-            queue_ms=round(routed.queue_s * 1000, 3),
-            compute_ms=round(routed.compute_s * 1000, 3),
-        )
-        encode_started = time.perf_counter_ns()
-        wanted = select_outputs(decoded, list(routed.outputs))
-        body, json_length = encode_response(name, routed.version, decoded.id, routed.outputs, wanted)
-        _record_codec(engine, name, routed, decode_ns, time.perf_counter_ns() - encode_started)
-        response = Response(
-            body, status=200, mimetype="application/json" if json_length is None else "application/octet-stream"
-        )
-        if json_length is not None:
-            response.headers[HEADER_LENGTH] = str(json_length)
-        response.headers["X-Model-Version"] = routed.version
-        response.headers["X-Model-Slot"] = routed.slot
-        status = 200
-        return response
-    except ServingError as exc:
-        status = exc.status
-        record["error"] = exc.message
-        if exc.version is not None:  # routed before it failed: the line names the version and slot
-            record.update(version=exc.version, slot=exc.slot)
-        # InputRejected ran in a slot, whose observer already counted it as a client error.
-        if isinstance(exc, (InvalidInput, ModelNotFound, PayloadTooLarge)) and not isinstance(exc, InputRejected):
-            # Unknown names share one label, so made-up model names cannot grow the series.
-            metrics.record_invalid(name if name in engine.models() else "_unknown")
-        raise
-    finally:
-        log_request(
-            record,
-            status=status,
-            total_ms=(time.perf_counter() - started) * 1000,
-            sample_rate=settings.log_sample_rate,
-            slow_ms=settings.slow_request_ms,
-            tensors=tensors,
-        )
-
-
-def _record_codec(engine: Engine, name: str, routed: Routed, decode_ns: int, encode_ns: int) -> None:
-    """Count a successful request's decode and encode time in the statistics of the version that ran it."""
-    for loaded in engine.loaded(name):
-        if loaded.slot == routed.slot and loaded.spec.version == routed.version:
-            loaded.batcher.record_codec(decode_ns, encode_ns)
-            return
-    # NOTE: a version unloaded while this request was encoded has no statistics left to count in.
+    # NOTE: most requests never get here: controlplane.fastpath serves them through the same `serve`
+    # without building a Flask request; this view serves those it declines (inference auth on, cookies).
+    services = current_services()
+    answer = serve(services.engine, services.settings, name, version, g.request_id, request.headers.get, _read_body)
+    response = Response(answer.body, status=answer.status, mimetype=answer.content_type)
+    response.headers.extend(answer.headers)
+    return response
 
 
 def _stats_entry(loaded: LoadedVersion) -> dict:

@@ -1,7 +1,8 @@
 """Request ids: the caller's `X-Request-ID` when it is sensible, else a new one, cheap to make.
 
-Kept apart from the blueprints so the app factory and the auth guard (which may answer before the
-app's own request-id hook has run) both use it without importing a view module.
+Kept apart from the blueprints so the app factory, the auth guard (which may answer before the
+app's own request-id hook has run) and the inference fast path (`fastpath`, which reads the WSGI
+environ, not Flask's request) all use it without importing a view module.
 """
 
 from __future__ import annotations
@@ -36,9 +37,13 @@ class _RequestIds:
 _request_ids = _RequestIds()
 
 
-def request_id_from_headers() -> str:
-    """Return the caller's X-Request-ID if sensible, else a new one."""
-    given = request.headers.get("X-Request-ID")
+def request_id_from(given: str | None) -> str:
+    """Return `given` (an X-Request-ID header's value) if sensible, else a new id."""
     if given and len(given) <= MAX_LENGTH and given.isprintable():
         return given
     return _request_ids.new()
+
+
+def request_id_from_headers() -> str:
+    """Return the caller's X-Request-ID if sensible, else a new one."""
+    return request_id_from(request.headers.get("X-Request-ID"))

@@ -1,0 +1,150 @@
+"""One inference request served, whatever carried it: the Flask view and the WSGI fast path both call `serve`.
+
+The transport hands over the request's header lookup and a body reader; `serve` admits, decodes,
+runs, encodes, counts and logs, and returns an `Answer` (status, body, headers) that the caller
+writes in its own way. A `ServingError` becomes its {"error": "..."} answer here; anything else
+propagates, so each caller answers it as the app's handler for unexpected errors does.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from werkzeug.wsgi import get_content_length, get_input_stream
+
+from controlplane import metrics
+from controlplane.config import Settings
+from controlplane.requestlog import log_request
+from serving.codec import HEADER_LENGTH, decode_request, encode_response, select_outputs
+from serving.engine import Engine, Routed
+from serving.errors import InputRejected, InvalidInput, ModelNotFound, Overloaded, PayloadTooLarge, ServingError
+
+JSON = "application/json"
+BINARY = "application/octet-stream"
+
+HeaderLookup = Callable[[str], "str | None"]  # a header's value by its name, None when absent
+BodyReader = Callable[[int], bytes]  # reads the whole body, raising PayloadTooLarge over the given limit
+
+
+@dataclass(slots=True)
+class Answer:
+    """What to send back: status, body, content type and the headers particular to this answer."""
+
+    status: int
+    body: bytes
+    content_type: str = JSON
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+def error_answer(exc: ServingError) -> Answer:
+    """Answer a serving error in the protocol's form, with Retry-After when the queue was full."""
+    answer = Answer(exc.status, json.dumps({"error": exc.message}).encode())
+    if isinstance(exc, Overloaded):
+        answer.headers.append(("Retry-After", str(exc.retry_after)))
+    return answer
+
+
+def read_body(environ: dict[str, Any], limit: int) -> bytes:
+    """Read a WSGI request's body, refusing one over `limit` bytes (413) as Flask's request would.
+
+    NOTE: the same Werkzeug calls `request.content_length` and `request.stream` make, so the view and
+    the fast path refuse alike; a chunked body past the limit raises Werkzeug's RequestEntityTooLarge.
+    """
+    length = get_content_length(environ)
+    if length is not None and length > limit:
+        raise PayloadTooLarge(f"request body of {length} bytes is over the limit of {limit}")
+    body = get_input_stream(environ, max_content_length=limit).read(limit + 1)
+    if len(body) > limit:
+        raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
+    return body
+
+
+def header_length(raw: str | None) -> int | None:
+    """Parse Inference-Header-Content-Length (the binary tensor extension's JSON part), if given."""
+    if raw is None:
+        return None
+    if not (raw.isascii() and raw.isdigit()):
+        raise InvalidInput(f"{HEADER_LENGTH} must be a non-negative integer, not {raw!r}")
+    return int(raw)
+
+
+def serve(
+    engine: Engine,
+    settings: Settings,
+    name: str,
+    version: str | None,
+    request_id: str,
+    header: HeaderLookup,
+    read_body: BodyReader,
+) -> Answer:
+    """Run one inference request: JSON tensors, or JSON then binary tensors (the binary tensor extension)."""
+    started = time.perf_counter()
+    record: dict = {"request_id": request_id, "model": name, "version": version}
+    status = 500
+    tensors = None
+    try:
+        engine.check_admission(name)  # before decoding: refusing the excess must be cheap
+        body = read_body(settings.max_request_bytes)
+        decode_started = time.perf_counter_ns()
+        decoded = decode_request(body, header_length(header(HEADER_LENGTH)))
+        decode_ns = time.perf_counter_ns() - decode_started
+        timeout_us = decoded.timeout_us
+        decode_ms = (time.perf_counter() - started) * 1000
+        tensors = decoded.tensors
+        routed = engine.infer(
+            name,
+            decoded.tensors,
+            version=version,
+            timeout_s=None if timeout_us is None else timeout_us / 1e6,
+            route_key=header("X-Route-Key"),
+            outputs=None if decoded.outputs is None else [o.name for o in decoded.outputs],
+        )
+        record.update(version=routed.version, slot=routed.slot, batch_size=routed.batch_size)
+        record.update(
+            decode_ms=round(decode_ms, 3),
+            queue_ms=round(routed.queue_s * 1000, 3),
+            compute_ms=round(routed.compute_s * 1000, 3),
+        )
+        encode_started = time.perf_counter_ns()
+        wanted = select_outputs(decoded, list(routed.outputs))
+        body, json_length = encode_response(name, routed.version, decoded.id, routed.outputs, wanted)
+        _record_codec(engine, name, routed, decode_ns, time.perf_counter_ns() - encode_started)
+        answer = Answer(200, body, JSON if json_length is None else BINARY)
+        if json_length is not None:
+            answer.headers.append((HEADER_LENGTH, str(json_length)))
+        answer.headers.append(("X-Model-Version", routed.version))
+        answer.headers.append(("X-Model-Slot", routed.slot))
+        status = 200
+        return answer
+    except ServingError as exc:
+        status = exc.status
+        record["error"] = exc.message
+        if exc.version is not None:  # routed before it failed: the line names the version and slot
+            record.update(version=exc.version, slot=exc.slot)
+        # InputRejected ran in a slot, whose observer already counted it as a client error.
+        if isinstance(exc, (InvalidInput, ModelNotFound, PayloadTooLarge)) and not isinstance(exc, InputRejected):
+            # Unknown names share one label, so made-up model names cannot grow the series.
+            metrics.record_invalid(name if name in engine.models() else "_unknown")
+        return error_answer(exc)
+    finally:
+        log_request(
+            record,
+            status=status,
+            total_ms=(time.perf_counter() - started) * 1000,
+            sample_rate=settings.log_sample_rate,
+            slow_ms=settings.slow_request_ms,
+            tensors=tensors,
+        )
+
+
+def _record_codec(engine: Engine, name: str, routed: Routed, decode_ns: int, encode_ns: int) -> None:
+    """Count a successful request's decode and encode time in the statistics of the version that ran it."""
+    for loaded in engine.loaded(name):
+        if loaded.slot == routed.slot and loaded.spec.version == routed.version:
+            loaded.batcher.record_codec(decode_ns, encode_ns)
+            return
+    # NOTE: a version unloaded while this request was encoded has no statistics left to count in.
