@@ -23,7 +23,6 @@ from controlplane.auth.cli import tokens, users
 from controlplane.clicontext import (
     EXIT_REFUSED,
     EXIT_UNAVAILABLE,
-    EXIT_USAGE,
     CliContext,
     CliError,
     FlightdeckGroup,
@@ -31,16 +30,9 @@ from controlplane.clicontext import (
     json_option,
     pass_cli,
 )
-from controlplane.config import ConfigError, Settings, load_settings, mask_url, settings_table
+from controlplane.config import mask_url, settings_table
 from controlplane.registry.cli import registry
 from controlplane.rollout.cli import rollout
-
-
-def _settings() -> Settings:
-    try:
-        return load_settings()
-    except ConfigError as exc:
-        raise CliError(str(exc), EXIT_USAGE) from None
 
 
 @click.group(cls=FlightdeckGroup)
@@ -158,12 +150,13 @@ def models(obj: CliContext, as_json: bool) -> None:
 @cli.command()
 @click.option("--markdown", is_flag=True, help="Print the README's table of settings instead.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object keyed by setting name (as in the TOML).")
-def config(markdown: bool, as_json: bool) -> None:
+@pass_cli
+def config(obj: CliContext, markdown: bool, as_json: bool) -> None:
     """Print the effective settings (secrets hidden)."""
     if markdown:
         click.echo(settings_table())
         return
-    settings = _settings()
+    settings = obj.settings
     if as_json:
         click.echo(json.dumps(settings.public(), indent=2))  # typed values; secrets masked, as below
         return
@@ -246,6 +239,37 @@ def history(obj: CliContext, since: str, until: str, model: str | None, as_json:
             f"{pct(r['error_rate']):>6} {pct(r['timeout_rate']):>6} {pct(r['rejection_rate']):>6} "
             f"{num(r['p50']):>8} {num(r['p99']):>8} {pct(r['padding_waste']):>6}"
         )
+
+
+@cli.group("secrets", cls=FlightdeckGroup)
+def secrets_group() -> None:
+    """The key that encrypts receiver secrets in the database."""
+
+
+@secrets_group.command("rotate-key")
+@pass_cli
+def secrets_rotate_key(obj: CliContext) -> None:
+    """Encrypt every receiver's secrets with a new key, then drop the old one (HOME/secret.key).
+
+    With FLIGHTDECK_SECRET_KEYS set, put the new key first in it (old ones after) before running
+    this; it re-encrypts every receiver with the first key, after which the others may be removed.
+    """
+    from controlplane.alerting.secretbox import Keyring, rotate_key
+    from controlplane.auth.audit import audit_as
+    from controlplane.auth.cli import cli_actor
+
+    keys = Keyring.for_settings(obj.settings)
+    try:
+        count, generated = rotate_key(obj.sessions, keys)
+    except ValueError as exc:  # no key file, a malformed key, or a row no configured key opens
+        raise CliError(str(exc)) from None
+    with obj.session() as session:
+        audit_as(cli_actor())(session, "secrets.rotate", "receivers", "ok", {"receivers": count})
+        session.commit()
+    if generated:
+        click.echo(f"new key in {keys.path}; {count} receiver(s) re-encrypted; the old key is gone")
+    else:
+        click.echo(f"{count} receiver(s) re-encrypted with the first key of FLIGHTDECK_SECRET_KEYS; remove the others")
 
 
 cli.add_command(users)

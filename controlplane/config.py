@@ -16,6 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from cryptography.fernet import Fernet
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.sources.utils import parse_env_vars
@@ -72,6 +73,17 @@ def _weak_secret(value: str) -> str | None:
     return None
 
 
+def parse_fernet_keys(text: str) -> list[bytes]:
+    """Return the Fernet keys in `text` (comma- or line-separated, newest first); ValueError names a bad one by place."""
+    keys = [part.strip().encode() for part in text.replace("\n", ",").split(",") if part.strip()]
+    for n, key in enumerate(keys, 1):
+        try:
+            Fernet(key)
+        except ValueError:
+            raise ValueError(f"key {n} is not a Fernet key (32 url-safe base64-encoded bytes)") from None
+    return keys
+
+
 class Settings(BaseSettings):
     """All of Flightdeck's settings. Environment names are FLIGHTDECK_ + the upper-cased field name."""
 
@@ -87,6 +99,12 @@ class Settings(BaseSettings):
         "Secret for signing session cookies, at least 32 characters (known example values are refused in every "
         "mode). Empty: a random one is generated at the first start into HOME/session-secret (mode 0600) and "
         "shared by every process using that HOME; set it when nodes do not share HOME.",
+    )
+    secret_keys: SecretStr = _setting(
+        SecretStr(""),
+        "Keys that encrypt receiver secrets in the database: Fernet keys, comma-separated, newest first (the "
+        "newest encrypts, all decrypt). Empty: HOME/secret.key, generated at the first start (mode 0600). Set "
+        "it when secrets are injected or nodes do not share HOME; rotate with `flightdeck secrets rotate-key`.",
     )
     database_url: SecretStr = _setting(
         SecretStr(""),
@@ -195,6 +213,12 @@ class Settings(BaseSettings):
     session_hours: float = _setting(
         12.0, "How long a console login lasts (from the moment of login); then the console asks again.", gt=0
     )
+    session_idle_minutes: float = _setting(
+        60.0,
+        "A console login unused this long ends (its last use is recorded at most once a minute), "
+        "however much of SESSION_HOURS is left.",
+        gt=0,
+    )
     login_max_failures: int = _setting(
         5, "Failed logins per name and client address before further attempts are refused (429) for a while.", ge=1
     )
@@ -253,6 +277,12 @@ class Settings(BaseSettings):
     def _level_in_any_case(cls, value: Any) -> Any:
         known = isinstance(value, str) and value.strip().upper() in LogLevel.__args__
         return value.strip().upper() if known else value
+
+    @field_validator("secret_keys")
+    @classmethod
+    def _fernet_keys(cls, value: SecretStr) -> SecretStr:
+        parse_fernet_keys(value.get_secret_value())  # a ValueError names the bad key by its position, never its value
+        return value
 
     @field_validator("secret_key")
     @classmethod
@@ -424,6 +454,7 @@ class Settings(BaseSettings):
         """Return every setting as JSON-ready values: secrets masked, database URLs without their password."""
         shown = self.model_dump(mode="json")
         shown["secret_key"] = MASK if self.secret_key.get_secret_value() else ""
+        shown["secret_keys"] = MASK if self.secret_keys.get_secret_value() else ""
         shown["database_url"] = mask_url(self.database_url.get_secret_value())
         return shown
 

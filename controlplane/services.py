@@ -23,6 +23,7 @@ from alerts.slo import SLO, load_slos, with_burn_rules
 from controlplane import metrics
 from controlplane.alerting.evaluator import AlertEvaluator, EvaluatorSettings
 from controlplane.alerting.outbox import deliver_due
+from controlplane.alerting.secretbox import Keyring
 from controlplane.config import Settings
 from controlplane.db import make_engine, session_factory
 from controlplane.history.query import METRICS
@@ -62,6 +63,7 @@ class Services:
     runbooks: RunbookRunner
     serving_gauges: metrics.ServingGauges
     slos: list[SLO]
+    receiver_keys: Keyring  # encrypt and open receivers' secrets (HOME/secret.key or FLIGHTDECK_SECRET_KEYS)
 
     def refresh_gauges(self) -> None:
         """Publish readiness, what is served, traffic weights and GPU readings (called before each scrape)."""
@@ -169,6 +171,7 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         runbooks=runbooks,
         serving_gauges=serving_gauges,
         slos=slos,
+        receiver_keys=Keyring.for_settings(settings),
     )
     if settings.scheduler if start_scheduler is None else start_scheduler:
         scheduler = LeaderScheduler(sessions, settings.lease_ttl_s, process=process)
@@ -180,7 +183,9 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         scheduler.add_cluster_job(evaluator.run, settings.alert_interval_s, "alert-evaluator")
         delivery = functools.partial(deliver, targets=settings.receiver_targets)  # RECEIVER_ALLOW at every send
         scheduler.add_cluster_job(
-            lambda: deliver_due(sessions, backoff_s=settings.outbox_backoff_s, send=delivery),
+            lambda: deliver_due(
+                sessions, backoff_s=settings.outbox_backoff_s, send=delivery, keys=services.receiver_keys
+            ),
             settings.outbox_interval_s,
             "alert-outbox",
         )

@@ -118,7 +118,8 @@ def expire_silence(silence_id: int) -> dict[str, Any]:
 @operation(response=ReceiverList)
 def list_receivers() -> dict[str, Any]:
     """List every chat receiver, without its secrets."""
-    return {"receivers": [receiver_json(r) for r in readmodel.list_receivers(get_db())]}
+    keys = current_services().receiver_keys
+    return {"receivers": [receiver_json(r, keys) for r in readmodel.list_receivers(get_db())]}
 
 
 @bp.put("/receivers/<name>")
@@ -129,14 +130,15 @@ def put_receiver(name: str, body: ReceiverPut) -> dict[str, Any]:
     if not service.LABEL.match(name):
         raise ApiError("a receiver name is letters, digits and underscores")
     receiver = body.root
-    session = get_db()
+    session, services = get_db(), current_services()
     row = service.put_receiver(
         session, name, receiver.kind, receiver.config.model_dump(exclude_unset=True),
         [s.value for s in receiver.severities], [m.model_dump() for m in receiver.matchers], receiver.enabled,
-        request_audit, utcnow(), route=receiver.route(), targets=current_services().settings.receiver_targets,
+        request_audit, utcnow(), route=receiver.route(), targets=services.settings.receiver_targets,
+        keys=services.receiver_keys,
     )  # fmt: skip
     session.commit()
-    return receiver_json(row)
+    return receiver_json(row, services.receiver_keys)
 
 
 @bp.delete("/receivers/<name>")
@@ -155,11 +157,12 @@ def delete_receiver(name: str) -> tuple[str, int]:
 @operation(response=TestResult, errors={404: "No such receiver"}, path=RECEIVER)
 def test_receiver(name: str) -> dict[str, Any]:
     """Send a test message now and say what the service answered."""
-    session = get_db()
-    settings = current_services().settings
+    session, services = get_db(), current_services()
+    settings = services.settings
     result = service.send_test_message(
-        session, name, request_audit, utcnow(), console_url=settings.console_url, targets=settings.receiver_targets
-    )
+        session, name, request_audit, utcnow(), console_url=settings.console_url, targets=settings.receiver_targets,
+        keys=services.receiver_keys,
+    )  # fmt: skip
     session.commit()
     return {"ok": result.ok, "error": result.error, "retry_after_s": result.retry_after_s}
 

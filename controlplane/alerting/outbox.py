@@ -22,6 +22,7 @@ from alerts.notifiers import make_notifier
 from alerts.notifiers.base import Alert, DeliveryResult, Notification, Notifier
 from alerts.notifiers.delivery import deliver
 from alerts.states import Severity
+from controlplane.alerting.secretbox import Keyring, open_config
 from controlplane.metrics import NOTIFICATION_ATTEMPTS, NOTIFICATIONS
 from controlplane.models import OutboxMessage, Receiver
 from controlplane.scheduler import utcnow
@@ -75,8 +76,12 @@ def deliver_due(
     send: Deliver = deliver,
     limit: int = 50,
     backoff_s: float = 30.0,
+    keys: Keyring | None = None,
 ) -> dict[str, int]:
-    """Try every message that is due, oldest first; commit after each so a crash resends at most one."""
+    """Try every message that is due, oldest first; commit after each so a crash resends at most one.
+
+    `keys` open the receivers' encrypted configurations (a plaintext one, from before encryption, is read as is).
+    """
     now = now or utcnow()
     counts = {"sent": 0, "retrying": 0, "failed": 0}
     with sessions() as session:
@@ -98,7 +103,7 @@ def deliver_due(
                 blocked.add(group)
                 continue
             tried += 1
-            outcome = _attempt(session, message, now, send, backoff_s)
+            outcome = _attempt(session, message, now, send, backoff_s, keys)
             counts[outcome] += 1
             if outcome == "retrying":
                 blocked.add(group)
@@ -126,7 +131,9 @@ def _claim(session: Session, message: OutboxMessage, now: datetime) -> bool:
     return claimed is not None and claimed.next_attempt_at <= now
 
 
-def _attempt(session: Session, message: OutboxMessage, now: datetime, send: Deliver, backoff_s: float) -> str:
+def _attempt(
+    session: Session, message: OutboxMessage, now: datetime, send: Deliver, backoff_s: float, keys: Keyring | None
+) -> str:
     receiver = session.get(Receiver, message.receiver)
     message.attempts += 1
     if receiver is None or not receiver.enabled:
@@ -134,7 +141,7 @@ def _attempt(session: Session, message: OutboxMessage, now: datetime, send: Deli
         NOTIFICATIONS.labels(message.receiver, "failed").inc()
         return "failed"
     try:
-        notifier = make_notifier(receiver.kind, receiver.config)
+        notifier = make_notifier(receiver.kind, open_config(receiver.config, keys))
         wait_until = _paced(session, notifier, message.receiver, now)
         if wait_until is not None:
             # NOTE: over the service's documented send rate: wait for the window, not counted as an attempt.

@@ -26,6 +26,7 @@ from alerts.notifiers.goformat import label_fingerprint
 from alerts.notifiers.targets import PUBLIC_ONLY, TargetPolicy, TargetRefused
 from alerts.states import AlertState, Severity
 from controlplane.alerting.notify import receiver_route
+from controlplane.alerting.secretbox import Keyring, open_config
 from controlplane.auth.audit import Audit
 from controlplane.errors import ApiError, Conflict, NotFound
 from controlplane.models import AlertEvent, AlertRecord, Receiver, SilenceRecord
@@ -125,8 +126,10 @@ def put_receiver(
     now: datetime,
     route: RouteSettings | None = None,
     targets: TargetPolicy = PUBLIC_ONLY,
+    *,
+    keys: Keyring,
 ) -> Receiver:
-    """Create or replace a chat receiver once its notifier accepts `config`; the audit event never holds the config.
+    """Create or replace a chat receiver once its notifier accepts `config`; stored encrypted with `keys`, never audited.
 
     `route` sets its grouping and pacing (Alertmanager's group_by, group_wait, group_interval,
     repeat_interval); a value left None takes the default. `targets` refuses an internal
@@ -149,7 +152,7 @@ def put_receiver(
     if route.group_interval_s == 0 or route.repeat_interval_s == 0:
         raise ApiError("'group_interval' and 'repeat_interval' must be longer than 0s")
     row = session.get(Receiver, name) or Receiver(name=name, created_at=now)
-    row.kind, row.config, row.severities = kind, config, severities
+    row.kind, row.config, row.severities = kind, keys.seal(config), severities
     row.matchers = matchers
     row.enabled = enabled
     row.group_by = None if route.group_by is None else list(route.group_by)
@@ -180,6 +183,7 @@ def send_test_message(
     now: datetime,
     console_url: str = "http://127.0.0.1:8000",
     targets: TargetPolicy = PUBLIC_ONLY,
+    keys: Keyring | None = None,
 ) -> DeliveryResult:
     """Send a test message through a receiver now and return what the service answered (status and code, no body).
 
@@ -188,7 +192,10 @@ def send_test_message(
     and a group key built like every other.
     """
     row = _receiver(session, name)
-    notifier = make_notifier(row.kind, row.config)
+    try:
+        notifier = make_notifier(row.kind, open_config(row.config, keys))
+    except ValueError as exc:  # the key that sealed it is gone, or the config no longer validates
+        raise ApiError(f"receiver config: {exc}") from None
     labels = {"alertname": "flightdeck_test", "severity": Severity.P2.value}
     fingerprint = label_fingerprint(labels)
     tracked = Tracked(fingerprint, "flightdeck_test", Severity.P2, labels, AlertState.FIRING, firing_since=now)

@@ -1,4 +1,4 @@
-"""The access API: /api/session (login, logout, who am I), /api/users, /api/tokens, /api/audit.
+"""The access API: /api/session (login, logout, who am I), /api/users (and their sessions), /api/tokens, /api/audit.
 
 Registering this blueprint also installs the app-wide checks (`guard.guard_request`), the
 handler that puts WWW-Authenticate and Retry-After on access errors, the login throttle, and
@@ -17,7 +17,7 @@ from flask import Blueprint, Response, request
 from flask.blueprints import BlueprintSetupState
 from pydantic import BaseModel
 
-from controlplane.auth import tokens, users
+from controlplane.auth import login_sessions, tokens, users
 from controlplane.auth.audit import audited, event_to_dict, list_events, record_event
 from controlplane.auth.cookies import init_cookies
 from controlplane.auth.errors import AuthError, Forbidden
@@ -37,6 +37,7 @@ from controlplane.auth.schemas import (
     AuditEvents,
     AuditQuery,
     Login,
+    SessionList,
     TokenAnswer,
     TokenCreate,
     TokenCreated,
@@ -48,7 +49,7 @@ from controlplane.auth.schemas import (
     Whoami,
 )
 from controlplane.auth.throttle import THROTTLE, LoginThrottle, current_throttle
-from controlplane.context import app_services
+from controlplane.context import app_services, current_services
 from controlplane.contract import operation, parse_body
 from controlplane.db import get_db
 from controlplane.errors import ApiError, NotFound, error_response
@@ -208,6 +209,43 @@ def update_user(name: str, body: UserChange) -> dict[str, Any]:
         password = body.password.get_secret_value() if body.password is not None else None
         event.detail.update(users.update_user(db, user, role=body.role, disabled=body.disabled, password=password))
     return {"user": users.user_to_dict(user)}
+
+
+def _user_named(name: str) -> User:
+    user = users.get_user(get_db(), name)
+    if user is None:
+        raise NotFound(f"no user named {name!r}")
+    return user
+
+
+def _idle() -> timedelta:
+    return timedelta(minutes=current_services().settings.session_idle_minutes)
+
+
+@bp.get("/users/<name>/sessions")
+@require_role(Role.ADMIN)
+@operation(response=SessionList, path={"name": "the user's name"}, errors={404: "No such user"})
+def list_user_sessions(name: str) -> dict[str, Any]:
+    """List a user's live console logins, most recently used first (admin); never their ids."""
+    idle = _idle()
+    rows = login_sessions.live_sessions(get_db(), _user_named(name).id, _now(), idle)
+    return {"sessions": [login_sessions.session_to_dict(r, idle) for r in rows]}
+
+
+@bp.delete("/users/<name>/sessions/<int:session_id>")
+@require_role(Role.ADMIN, action="session.revoke")
+@operation(
+    status=204, path={"name": "the user's name", "session_id": "the session's number, from the list"},
+    errors={404: "No such user, or no such session of theirs"},
+)  # fmt: skip
+def revoke_user_session(name: str, session_id: int) -> tuple[str, int]:
+    """End one of a user's console logins at once, in every process (admin)."""
+    db = get_db()
+    with audited(db, _actor(), "session.revoke", name) as event:
+        event.detail["session"] = session_id
+        if not login_sessions.revoke(db, _user_named(name).id, session_id):
+            raise NotFound(f"{name!r} has no session {session_id}")
+    return "", 204
 
 
 # --- tokens --------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The access API's request and response models (`/api/session`, `/api/users`, `/api/tokens`, `/api/audit`).
+"""The access API's request and response models (`/api/session`, `/api/users` and their sessions, `/api/tokens`, `/api/audit`).
 
 Names, passwords and roles are checked by the same functions the CLI uses (`users.check_*`), run
 as before-validators, so a refusal reads exactly as it always has; the Field constraints beside
@@ -217,6 +217,21 @@ class TokenCreated(Reply):
 
 class TokenList(Reply):
     tokens: list[TokenView]
+
+
+class SessionView(Reply):
+    """A live console login of a user: when, from where; never its id, which only the cookie holds."""
+
+    id: int = Field(description="the session's row number, to revoke it by (not the cookie's id)")
+    created_at: Timestamp
+    last_used_at: Timestamp = Field(description="recorded at most once a minute")
+    expires_at: Timestamp = Field(description="when it ends unless used again (idle or absolute timeout)")
+    address: str | None
+    user_agent: str | None
+
+
+class SessionList(Reply):
+    sessions: list[SessionView]
 
 
 class AuditEventView(Reply):

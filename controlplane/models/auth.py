@@ -52,6 +52,10 @@ class LoginSession(Base):
     id_hash: Mapped[str] = mapped_column(String(64), unique=True)  # sha256 hex of the cookie's session id
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime] = mapped_column(index=True)
+    # The idle timeout's clock: written at most once per TOUCH_EVERY, not on every request (None: since created_at).
+    last_used_at: Mapped[datetime | None]
+    address: Mapped[str | None] = mapped_column(String(64))  # where the login came from, shown to admins
+    user_agent: Mapped[str | None] = mapped_column(String(256))
 
 
 class AuditEvent(Base):

@@ -110,13 +110,15 @@ def test_a_guessable_secret_is_refused_in_every_mode(env: str, secret: str) -> N
 
 def test_printing_the_settings_masks_every_secret() -> None:
     url = "postgresql+psycopg://flightdeck:hunter2-Pa55@db.example:5432/fd"
+    fernet_key = "Yk3vP0n6m2B8s9Qx1Lw4Tz7Hc5Rj8Ua2Ge6Nd0Kf3Ii="
     shown = load_settings(
-        environ={"FLIGHTDECK_DATABASE_URL": url, "FLIGHTDECK_SECRET_KEY": "kq2V7xH0tLw9Zr3bN8mYcP4sD1fG6jEa"}
-    ).printable()
+        environ={"FLIGHTDECK_DATABASE_URL": url, "FLIGHTDECK_SECRET_KEY": "kq2V7xH0tLw9Zr3bN8mYcP4sD1fG6jEa",
+                 "FLIGHTDECK_SECRET_KEYS": fernet_key}
+    ).printable()  # fmt: skip
     assert shown["database_url"] == "postgresql+psycopg://flightdeck:***@db.example:5432/fd"
-    assert shown["secret_key"] == "********" and shown["port"] == "8000"
-    assert all("hunter2" not in v and "kq2V7x" not in v for v in shown.values())
-    assert secret_fields() == {"secret_key", "database_url"}
+    assert shown["secret_key"] == "********" and shown["secret_keys"] == "********" and shown["port"] == "8000"
+    assert all("hunter2" not in v and "kq2V7x" not in v and "Yk3vP0" not in v for v in shown.values())
+    assert secret_fields() == {"secret_key", "secret_keys", "database_url"}
 
 
 @pytest.mark.parametrize(

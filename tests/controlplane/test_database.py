@@ -61,6 +61,7 @@ def test_a_new_home_and_its_database_are_private_whatever_the_umask(tmp_path: Pa
                 "flightdeck.db-wal": 0o600,
                 "flightdeck.db-shm": 0o600,
                 "session-secret": 0o600,
+                "secret.key": 0o600,  # the receiver secrets' key
             }
             assert stat.S_IMODE(home.stat().st_mode) == 0o700
             assert loosened_paths(home) == []

@@ -20,6 +20,7 @@ MULTI_POD = ("overlays/postgres-s3", "overlays/gpu")
 # Placeholders for the Secret's keys: what `kubectl create secret` would hold (never in the manifests).
 SECRET_VALUES = {
     "secret-key": "k8s-test-only-9f2c1e7a4b6d8e0f3a5c7e9b1d3f5a7c",
+    "secret-keys": "Yk3vP0n6m2B8s9Qx1Lw4Tz7Hc5Rj8Ua2Ge6Nd0Kf3Ii=",  # a Fernet key
     "database-url": "postgresql+psycopg://flightdeck:pw@postgres:5432/flightdeck",
     "aws-access-key-id": "AKIAEXAMPLEEXAMPLE",
     "aws-secret-access-key": "example-secret-access-key",

@@ -305,3 +305,25 @@ def test_every_page_renders_at_laptop_and_phone_width_without_console_errors(log
             shoot(page, request, label)
             overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
             assert overflow <= 1, f"{path} is {overflow}px wider than a {width}px screen"
+
+
+def test_an_admin_revokes_a_users_sessions_from_the_settings_page(login, console_server, request) -> None:
+    from playwright.sync_api import expect  # NOTE: here, as browser.py does, so collection needs no Playwright
+
+    vic, _ = login("vic")
+    vic.goto("/settings")
+    assert "/login" not in vic.url
+    page, _ = login("ada")
+    page.goto("/settings")
+    rows = page.locator("#sessions-live tr[data-session]", has_text="vic")
+    assert rows.count() >= 1  # this browser's login, and any an earlier test left
+    assert "HeadlessChrome" in rows.first.inner_text()  # the browser, as recorded at login
+    shoot(page, request, "sessions")
+    while (left := rows.count()) > 0:
+        rows.first.locator("button", has_text="Revoke").click()
+        assert "End this session of vic?" in page.locator("#confirm-text").inner_text()
+        page.click("#confirm-ok")
+        page.wait_for_selector("#flash.ok >> text=Session of vic ended")
+        expect(rows).to_have_count(left - 1)  # the live region refreshed without it
+    vic.goto("/settings")
+    vic.wait_for_url(re.compile(r".*/login.*"))  # that browser must log in again

@@ -23,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from cryptography.fernet import Fernet
 
 pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[postgres]')")
 boto3 = pytest.importorskip("boto3", reason="boto3 is not installed (pip install -e '.[s3]')")
@@ -284,6 +285,7 @@ def test_three_nodes_converge_fail_over_and_deliver_once(database: str, bucket, 
     common = {
         "FLIGHTDECK_DATABASE_URL": database, "FLIGHTDECK_STORAGE_URL": f"s3://{name}/fleet",
         "FLIGHTDECK_STORAGE_ENDPOINT_URL": endpoint, "FLIGHTDECK_SECRET_KEY": secrets.token_urlsafe(48),
+        "FLIGHTDECK_SECRET_KEYS": Fernet.generate_key().decode(),  # one key for receivers on every node
         "FLIGHTDECK_WORKERS": "1", "FLIGHTDECK_LEASE_TTL_S": str(TTL_S), "FLIGHTDECK_HISTORY_INTERVAL_S": "1",
         "FLIGHTDECK_ALERT_INTERVAL_S": "1", "FLIGHTDECK_OUTBOX_INTERVAL_S": "0.5", "FLIGHTDECK_ROLLOUT_TICK_S": "0.2",
         "FLIGHTDECK_ROLLOUT_PAUSE_S": "3600", "FLIGHTDECK_SCALE_DOWN_DELAY_S": "3600", "FLIGHTDECK_AUTH_READS": "false",

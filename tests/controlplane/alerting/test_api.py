@@ -114,7 +114,8 @@ def test_each_receiver_kind_takes_its_own_config_and_never_shows_a_secret(app, c
     assert signed.status_code == 200, signed.get_json()
     shown = signed.get_json()
     with app.extensions["flightdeck"].sessions() as s:
-        described = json.loads(json.dumps(readmodel.receiver_json(s.get(Receiver, "chat"))))
+        keys = app.extensions["flightdeck"].receiver_keys  # the stored config is encrypted
+        described = json.loads(json.dumps(readmodel.receiver_json(s.get(Receiver, "chat"), keys)))
     # Exactly what the read model (the notifier's describe()) says: no secret, no key added as null.
     assert shown == described and shown["signed"] is True and shown["url"] == "https://open.feishu.cn/***"
     assert "secret" not in shown and "auth" not in shown and shown["rate_limits"] == [[5, 1.0], [100, 60.0]]
@@ -123,7 +124,9 @@ def test_each_receiver_kind_takes_its_own_config_and_never_shows_a_secret(app, c
     listed = json.dumps(client.get("/api/receivers", headers=admin).get_json())
     assert "0123456789" not in listed and "sign-me" not in listed and "tok-" not in listed
     with app.extensions["flightdeck"].sessions() as s:
-        assert s.get(Receiver, "chat").config == {"url": url, "bearer_token": "tok-0123456789abcdef"}
+        stored = s.get(Receiver, "chat").config  # encrypted at rest; the keys give back exactly what was sent
+        assert "tok-" not in json.dumps(stored)
+        assert keys.open(stored) == {"url": url, "bearer_token": "tok-0123456789abcdef"}
 
 
 def test_the_document_lists_every_notifier_kind_with_its_own_config(client) -> None:

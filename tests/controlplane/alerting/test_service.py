@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy import select
 
 from controlplane.alerting import readmodel, service
+from controlplane.alerting.secretbox import Keyring
 from controlplane.auth import Actor, Role
 from controlplane.auth.audit import audit_as
 from controlplane.errors import ApiError, Conflict, NotFound
@@ -70,17 +71,22 @@ def test_a_silence_lasts_at_most_thirty_days_and_its_matchers_are_checked(sessio
         assert actions == ["silence.create", "silence.expire"]
 
 
-def test_a_receiver_needs_a_config_its_notifier_accepts_and_its_audit_event_never_holds_the_config(sessions) -> None:
+def test_a_receiver_needs_a_config_its_notifier_accepts_and_its_audit_event_never_holds_the_config(
+    sessions, tmp_path
+) -> None:
     config = {"url": "https://chat.example/hook?token=s3cr3t", "allow_http": False}
+    keys = Keyring(tmp_path / "secret.key")
+    keys.ensure()
     with sessions() as s:
         with pytest.raises(ApiError, match="receiver config"):
-            service.put_receiver(s, "chat", "pager", config, ["P0"], [], True, audit_as(OPS), T0)
+            service.put_receiver(s, "chat", "pager", config, ["P0"], [], True, audit_as(OPS), T0, keys=keys)
         with pytest.raises(ApiError, match="some of P0, P1, P2"):
-            service.put_receiver(s, "chat", "webhook", config, ["P9"], [], True, audit_as(OPS), T0)
-        service.put_receiver(s, "chat", "webhook", config, ["P0"], [], True, audit_as(OPS), T0)
+            service.put_receiver(s, "chat", "webhook", config, ["P9"], [], True, audit_as(OPS), T0, keys=keys)
+        service.put_receiver(s, "chat", "webhook", config, ["P0"], [], True, audit_as(OPS), T0, keys=keys)
         s.commit()
         assert [r.name for r in readmodel.list_receivers(s)] == ["chat"]
-        assert "s3cr3t" not in str(readmodel.receiver_json(s.get(Receiver, "chat")))
+        assert "s3cr3t" not in str(s.get(Receiver, "chat").config)  # stored encrypted
+        assert readmodel.receiver_json(s.get(Receiver, "chat"), keys)["url"] == "https://chat.example/***"
         assert "s3cr3t" not in str(s.scalars(select(AuditEvent.detail)).all())
         service.delete_receiver(s, "chat", audit_as(OPS))
         s.commit()
