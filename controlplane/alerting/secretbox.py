@@ -14,10 +14,7 @@ Rows written before encryption existed are plaintext dicts: read as they are, an
 
 from __future__ import annotations
 
-import errno
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.config import PREFIX, Settings, parse_fernet_keys
 from controlplane.models import Receiver
+from controlplane.privatefile import create_once, replace_private
 
 KEY_FILE = "secret.key"
 SEALED = "sealed"  # the one field of a stored, encrypted receiver configuration
@@ -40,47 +38,12 @@ class SecretKeyError(ValueError):
 
 def _write_private(path: Path, keys: list[bytes]) -> None:
     """Replace `path` with these keys atomically: a reader sees the old file or the new one, never a part."""
-    fd, scratch = tempfile.mkstemp(prefix=".secret-key-", dir=path.parent)  # mkstemp: mode 0600
-    try:
-        os.write(fd, b"".join(k + b"\n" for k in keys))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(scratch, path)
+    replace_private(path, b"".join(k + b"\n" for k in keys))
 
 
 def _create(path: Path) -> None:
     """Write a first key to `path` unless one is there; of processes racing here exactly one wins."""
-    key = Fernet.generate_key() + b"\n"
-    fd, scratch = tempfile.mkstemp(prefix=".secret-key-", dir=path.parent)
-    try:
-        os.write(fd, key)
-        os.fsync(fd)
-        os.close(fd)
-        fd = -1
-        os.link(scratch, path)  # NOTE: fails when the name exists, so a reader never sees a partial file
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK):
-            raise
-        _create_exclusive(path, key)  # a file system without hard links
-    finally:
-        if fd >= 0:
-            os.close(fd)
-        os.unlink(scratch)
-
-
-def _create_exclusive(path: Path, key: bytes) -> None:
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return
-    try:
-        os.write(fd, key)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    create_once(path, Fernet.generate_key() + b"\n")
 
 
 @dataclass

@@ -8,13 +8,11 @@ not at all, so processes racing at the first start all end up with the one secre
 
 from __future__ import annotations
 
-import errno
-import os
 import secrets
-import tempfile
 from pathlib import Path
 
 from controlplane.config import MIN_SECRET_LENGTH, PREFIX, ConfigError, Settings
+from controlplane.privatefile import create_once
 
 SECRET_FILE = "session-secret"
 
@@ -26,38 +24,7 @@ def secret_path(settings: Settings) -> Path:
 
 def _create(path: Path) -> None:
     """Write a new random secret to `path` unless a file is already there; never a partial file."""
-    text = (secrets.token_urlsafe(48) + "\n").encode()
-    fd, scratch = tempfile.mkstemp(prefix=".session-secret-", dir=path.parent)  # mkstemp: mode 0600
-    try:
-        os.write(fd, text)
-        os.fsync(fd)
-        os.close(fd)
-        fd = -1
-        # NOTE: link() fails when the name exists, so of several processes racing here exactly one wins,
-        # and a reader never sees the file before its content is complete (as it could with O_EXCL + write).
-        os.link(scratch, path)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK):
-            raise
-        _create_exclusive(path, text)  # a file system without hard links
-    finally:
-        if fd >= 0:
-            os.close(fd)
-        os.unlink(scratch)
-
-
-def _create_exclusive(path: Path, text: bytes) -> None:
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return
-    try:
-        os.write(fd, text)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    create_once(path, (secrets.token_urlsafe(48) + "\n").encode())
 
 
 def session_secret(settings: Settings) -> str:
