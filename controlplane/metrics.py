@@ -134,7 +134,9 @@ class SlotMetrics:
         self._executions = buffer.count(EXECUTIONS.labels(*labels))
         self._real = buffer.count(TOKENS.labels(*labels, "real"))
         self._padded = buffer.count(TOKENS.labels(*labels, "padded"))
-        self._depth = buffer.level(QUEUE_DEPTH.labels(*labels))
+        # NOTE: written through, not buffered: a queue's peak lasts less than a flush interval, and the
+        # gauge is what operators (and the drain test) watch for backpressure; one write per change.
+        self._depth = QUEUE_DEPTH.labels(*labels)
 
     def request_done(self, outcome: RequestOutcome, queue_s: float, compute_s: float, total_s: float) -> None:
         with self._lock:
@@ -154,7 +156,7 @@ class SlotMetrics:
                 self._padded.n += padded_tokens
 
     def queue_changed(self, depth: int) -> None:
-        self._depth.value = depth  # NOTE: one assignment, atomic under the GIL: no lock needed
+        self._depth.set(depth)
 
 
 _RAN = frozenset((RequestOutcome.SUCCESS, RequestOutcome.ERROR, RequestOutcome.CLIENT_ERROR))

@@ -76,28 +76,7 @@ class Observations:
                 bucket.inc(n)
 
 
-class Level:
-    """A gauge child's latest value, written only when it changed."""
-
-    __slots__ = ("_child", "value", "_written")
-
-    def __init__(self, child: Any) -> None:
-        self._child = child
-        self.value: float | None = None
-        self._written: float | None = None
-
-    def _take(self) -> float | None:
-        if self.value is None or self.value == self._written:
-            return None
-        self._written = self.value
-        return self.value
-
-    def _write(self, value: float | None) -> None:
-        if value is not None:
-            self._child.set(value)
-
-
-Cell = Count | Observations | Level
+Cell = Count | Observations
 
 
 class Buffer:
@@ -119,10 +98,6 @@ class Buffer:
     def observations(self, child: Any) -> Observations:
         """Return a cell for a histogram child."""
         return self._add(Observations(child))
-
-    def level(self, child: Any) -> Level:
-        """Return a cell for a gauge child."""
-        return self._add(Level(child))
 
     def _add(self, cell: Any) -> Any:
         with self.lock:  # NOTE: the flush thread may already be reading this buffer's cells
