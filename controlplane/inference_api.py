@@ -15,7 +15,7 @@ from controlplane.auth.errors import REALM
 from controlplane.auth.guard import bearer_actor
 from controlplane.context import current_services
 from controlplane.contract import operation
-from controlplane.inference import error_answer, read_body, serve
+from controlplane.inference import Answer, error_answer, read_body, serve
 from controlplane.inference_schemas import (
     InferenceRequest,
     InferenceResponse,
@@ -66,7 +66,10 @@ def _require_token() -> Response | None:
 
 @bp.errorhandler(ServingError)
 def _serving_error(exc: ServingError) -> Response:
-    answer = error_answer(exc)
+    return _response(error_answer(exc))
+
+
+def _response(answer: Answer) -> Response:
     response = Response(answer.body, status=answer.status, mimetype=answer.content_type)
     response.headers.extend(answer.headers)
     return response
@@ -170,10 +173,9 @@ def infer(name: str, version: str | None = None) -> Response:
     # NOTE: most requests never get here: controlplane.fastpath serves them through the same `serve`
     # without building a Flask request; this view serves those it declines (inference auth on, cookies).
     services = current_services()
-    answer = serve(services.engine, services.settings, name, version, g.request_id, request.headers.get, _read_body)
-    response = Response(answer.body, status=answer.status, mimetype=answer.content_type)
-    response.headers.extend(answer.headers)
-    return response
+    return _response(
+        serve(services.engine, services.settings, name, version, g.request_id, request.headers.get, _read_body)
+    )
 
 
 def _stats_entry(loaded: LoadedVersion) -> dict:

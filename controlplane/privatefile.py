@@ -50,8 +50,11 @@ def replace_private(path: Path, content: bytes) -> None:
     """Replace `path` atomically with `content` (mode 0600): a reader sees the old file or the new one."""
     fd, scratch = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
     try:
-        os.write(fd, content)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(scratch, path)
+        with os.fdopen(fd, "wb") as out:
+            out.write(content)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(scratch, path)
+    except BaseException:
+        os.unlink(scratch)  # NOTE: no scratch file (a copy of the secret) left behind by a failed write
+        raise

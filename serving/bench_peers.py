@@ -39,14 +39,13 @@ from pathlib import Path
 from typing import Any
 
 from serving.bench import CLK_TCK, closed_loop, percentile_ms, request_body, sample_inputs
-from serving.benchprocess import ServerProcess, free_port
+from serving.benchprocess import ROOT, ServerProcess, free_port
 from serving.engine import read_manifest
 from serving.peers import mlserver_peer
 from serving.runtime import requested_providers
 from serving.settings import BatchingSettings, RuntimeSettings, parallelism
 from serving.tensors import ModelSpec
 
-ROOT = Path(__file__).resolve().parent.parent
 # name -> (model, sequence length): the workloads.
 WORKLOADS = {"mlp": ("mlp", 1), "textcls32": ("textcls", 32), "textcls128": ("textcls", 128)}
 

@@ -25,11 +25,11 @@ from alerts.notifiers.goformat import Fields, go_json, go_time, label_fingerprin
 VERSION = "4"
 
 
-def _common(maps: list[dict[str, str]]) -> dict[str, str]:
-    common = dict(maps[0])
-    for other in maps[1:]:
-        common = {k: v for k, v in common.items() if other.get(k) == v}
-    return common
+def common(maps: list[dict[str, str]]) -> dict[str, str]:
+    """What every map holds with the same value (Alertmanager's commonLabels and commonAnnotations)."""
+    if not maps:
+        return {}
+    return {k: v for k, v in maps[0].items() if all(m.get(k) == v for m in maps[1:])}
 
 
 class AlertmanagerWebhookNotifier(Notifier):
@@ -78,8 +78,8 @@ class AlertmanagerWebhookNotifier(Notifier):
                 ("status", "firing" if any(a.status == "firing" for a in alerts) else "resolved"),
                 ("alerts", [self._alert(a, lbl, ann) for a, lbl, ann in zip(alerts, labels, annotations)]),
                 ("groupLabels", dict(notification.group_labels)),
-                ("commonLabels", _common(labels)),
-                ("commonAnnotations", _common(annotations)),
+                ("commonLabels", common(labels)),
+                ("commonAnnotations", common(annotations)),
                 ("externalURL", notification.external_url),
                 ("version", VERSION),
                 ("groupKey", notification.group_key),

@@ -184,7 +184,9 @@ class AlertEvaluator:
                         "severity": Severity.P0.value,
                         "escalated_from": row.labels.get("severity", ""),
                     }
-                    row.last_notified_at = None  # not yet told at P0: dispatch sees a new severity as news
+                    row.last_notified_at = (
+                        None  # shown as not yet told at P0 (dispatch sends the escalation because the severity is new)
+                    )
                     escalated += 1
         return escalated
 

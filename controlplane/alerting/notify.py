@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from alerts.dispatch import GROUP_BY, GROUP_INTERVAL, GROUP_WAIT, Flush, Group, Route, dispatch
 from alerts.lifecycle import Decision, Matcher, Tracked
+from alerts.notifiers.alertmanager import common
 from alerts.states import Severity
 from controlplane.metrics import NOTIFICATIONS
 from controlplane.models import AlertEvent, AlertRecord, NotificationGroup, OutboxMessage, Receiver
@@ -42,13 +43,6 @@ def receiver_route(receiver: Receiver, repeat_interval: timedelta) -> Route:
         group_interval=_seconds(receiver.group_interval_s, GROUP_INTERVAL),
         repeat_interval=_seconds(receiver.repeat_interval_s, repeat_interval),
     )
-
-
-def common(maps: list[dict[str, str]]) -> dict[str, str]:
-    """What every map holds with the same value (Alertmanager's commonLabels and commonAnnotations)."""
-    if not maps:
-        return {}
-    return {k: v for k, v in maps[0].items() if all(m.get(k) == v for m in maps[1:])}
 
 
 def record_suppressed(session: Session, outcome: Decision, now: datetime) -> int:

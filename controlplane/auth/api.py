@@ -18,7 +18,7 @@ from flask.blueprints import BlueprintSetupState
 from pydantic import BaseModel
 
 from controlplane.auth import login_sessions, tokens, users
-from controlplane.auth.audit import audited, event_to_dict, list_events, record_event
+from controlplane.auth.audit import audited, event_to_dict, list_events, record_event, refusals_recorded
 from controlplane.auth.cookies import init_cookies
 from controlplane.auth.errors import AuthError, Forbidden
 from controlplane.auth.guard import (
@@ -52,7 +52,7 @@ from controlplane.auth.throttle import THROTTLE, LoginThrottle, current_throttle
 from controlplane.context import app_services, current_services
 from controlplane.contract import operation, parse_body
 from controlplane.db import get_db
-from controlplane.errors import ApiError, NotFound, error_response
+from controlplane.errors import NotFound, error_response
 from controlplane.models import ApiToken, User
 
 bp = Blueprint("auth", __name__, url_prefix="/api")
@@ -97,13 +97,8 @@ def _refused_body_audited(action: str, model: type[BaseModel], target: Callable[
     def decorate(view: View) -> View:
         @functools.wraps(view)
         def checked(*args: Any, **kwargs: Any) -> Any:
-            try:
+            with refusals_recorded(get_db(), _actor(), action, target(**kwargs)):
                 parse_body(model)
-            except ApiError as exc:
-                db = get_db()
-                record_event(db, _actor(), action, target(**kwargs), "error", {"error": exc.message})
-                db.commit()
-                raise
             return view(*args, **kwargs)
 
         return checked  # type: ignore[return-value]

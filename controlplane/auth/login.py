@@ -36,7 +36,7 @@ def name_digest(name: str) -> str:
 
 def _has_account(db: Session, name: str) -> bool:
     """Say whether `name` is an account that may log in (what `users.authenticate` calls a known user)."""
-    return bool(users.NAME.match(name)) and name.lower() not in users.RESERVED and users.get_user(db, name) is not None
+    return users.login_account(db, name) is not None
 
 
 def _recorded_name(name: str, known: bool, detail: dict[str, Any]) -> str:

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, or_, select, update
 from sqlalchemy.orm import Session
 
-from controlplane.auth.users import RESERVED
+from controlplane.auth.roles import RESERVED
 from controlplane.models import LoginSession, User
 
 MAX_ID_LENGTH = 128

@@ -9,6 +9,9 @@ from typing import Literal
 ActorKind = Literal["user", "token", "system", "cli"]
 
 
+RESERVED = frozenset({"anonymous", "system"})  # names the audit trail uses for actors that are not accounts
+
+
 class Role(StrEnum):
     """What an account may do. Each role can do everything the ones below it can.
 

@@ -6,17 +6,17 @@ import re
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from controlplane.auth import login_sessions
 from controlplane.auth.errors import Forbidden
 from controlplane.auth.passwords import MAX_LENGTH, MIN_LENGTH, burn_verify_time, hash_password, verify_password
-from controlplane.auth.roles import Role, parse_role
+from controlplane.auth.roles import RESERVED, Role, parse_role
 from controlplane.errors import ApiError, Conflict
-from controlplane.models import LoginSession, User
+from controlplane.models import User
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
-RESERVED = {"anonymous", "system"}  # names the audit trail uses for actors that are not accounts
 
 
 def check_name(value: object, field: str = "name") -> str:
@@ -95,7 +95,8 @@ def update_user(
         changes["password_changed"] = True
     if changes:
         # A new password, a new role or a disabled account: the user's logins end now, on every node.
-        ended = session.execute(delete(LoginSession).where(LoginSession.user_id == user.id)).rowcount
+
+        ended = login_sessions.end_user_sessions(session, user.id)
         if ended:
             changes["sessions_ended"] = ended
         session.flush()
@@ -107,6 +108,11 @@ def update_user(
     return changes
 
 
+def login_account(session: Session, name: str) -> User | None:
+    """Return the account a login with `name` would check, or None (not a valid name, reserved, or no such user)."""
+    return get_user(session, name) if NAME.match(name) and name.lower() not in RESERVED else None
+
+
 def authenticate(session: Session, name: str, password: str) -> tuple[User | None, str]:
     """Return (user, 'ok') when name and password match an enabled user, else (None, why it failed).
 
@@ -114,7 +120,7 @@ def authenticate(session: Session, name: str, password: str) -> tuple[User | Non
     reserved identities (the `system` account automatic runbooks act as) never log in, whatever
     their stored hash says.
     """
-    user = get_user(session, name) if NAME.match(name) and name.lower() not in RESERVED else None
+    user = login_account(session, name)
     if user is None:
         burn_verify_time(password)
         return None, "unknown_user"

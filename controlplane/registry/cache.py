@@ -28,6 +28,7 @@ from pathlib import Path
 from controlplane.registry.archive import ARCHIVE_FILE, ArchiveLimits, extract_archive
 from controlplane.registry.checks import MANIFEST_FILE, MODEL_FILE
 from controlplane.registry.errors import StorageUnavailable
+from controlplane.registry.storage import remove_tree
 
 log = logging.getLogger(__name__)
 
@@ -157,10 +158,7 @@ class VersionCache:
         self._index_path(digest).unlink(missing_ok=True)
         folder = self.entry(digest)
         if folder.exists():
-            # NOTE: renamed away first: a process that loaded from it keeps its open files on Linux.
-            trash = Path(tempfile.mkdtemp(prefix=".trash-", dir=self._root))
-            os.rename(folder, trash / "old")
-            shutil.rmtree(trash, ignore_errors=True)
+            remove_tree(folder, self._root)
 
     def _index_path(self, digest: str) -> Path:
         return self._root / f"{digest}.json"

@@ -40,6 +40,14 @@ _PREFIX_SEGMENT_RE = re.compile(r"^[A-Za-z0-9!_.*'()-]+$")
 URL_FORM = "s3://bucket or s3://bucket/prefix"
 
 
+def remove_tree(folder: Path, scratch: Path) -> None:
+    """Delete `folder`, first renamed into `scratch` (same file system): it vanishes from its name at once,
+    and a process that loaded from it keeps its open files (Linux)."""
+    trash = Path(tempfile.mkdtemp(prefix=".trash-", dir=scratch))
+    os.rename(folder, trash / "old")
+    shutil.rmtree(trash, ignore_errors=True)
+
+
 @dataclass(frozen=True)
 class StorageUrl:
     """An object store location: a bucket and a key prefix (no leading or trailing slash; may be empty)."""
@@ -152,6 +160,4 @@ class LocalStorage(Storage):
 
     def _discard(self, folder: Path) -> None:
         self.tmp.mkdir(parents=True, exist_ok=True)
-        trash = Path(tempfile.mkdtemp(prefix="discard-", dir=self.tmp))
-        os.rename(folder, trash / "old")
-        shutil.rmtree(trash, ignore_errors=True)
+        remove_tree(folder, self.tmp)

@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.models import Deployment, EngineDesired, EngineStatus, SlotStatus
 from controlplane.rollout.changes import ChangeSignal, DirectoryWatch, PostgresListener, postgres_url, sqlite_path
-from controlplane.rollout.enginewide import BATCHING_LIMITS
+from controlplane.rollout.enginewide import BATCHING_LIMITS, effective_batching
 from controlplane.scheduler import utcnow
 from serving.engine import SLOTS, Engine, read_manifest
 
@@ -209,8 +209,8 @@ class Reconciler:
         generation = desired.generation if desired is not None else 0
         if generation == self._engine_generation:
             return
-        limits = {key: (getattr(desired, key) if desired is not None else None) for key in BATCHING_LIMITS}
-        limits = {key: getattr(self._base_batching, key) if v is None else v for key, v in limits.items()}
+        own = {key: getattr(self._base_batching, key) for key in BATCHING_LIMITS}
+        limits = effective_batching(desired, own) if desired is not None else own
         try:
             self._engine.set_batching(**limits)
             self._batching_error = ""

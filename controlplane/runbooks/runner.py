@@ -44,7 +44,7 @@ from controlplane.scheduler import utcnow
 
 log = logging.getLogger(__name__)
 
-SYSTEM_USER = "system"  # a reserved account name (auth.users.RESERVED): no person can create or log in as it
+SYSTEM_USER = "system"  # a reserved account name (auth.roles.RESERVED): no person can create or log in as it
 UNUSABLE_PASSWORD = "!"  # matches no password: werkzeug refuses a hash without a method
 APPROVAL_TIMEOUT_S = 900.0
 QUEUE_TIMEOUT_S = 300.0  # a queued run no process started by then expires

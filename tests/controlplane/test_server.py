@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import start_server
+from tests.servers import start_server, wait_until
 
 
 def textcls_body(length: int, seed: int) -> dict:
@@ -82,12 +82,17 @@ def test_metrics_add_up_across_workers_and_one_process_leads_the_scheduler(home:
         body = {"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [0.25] * 64}]}
         for _ in range(30):  # a new connection each time, so both workers take some
             assert server.post("/v2/models/mlp/infer", body)[0] == 200
+
         # Each worker writes its counts at most metricsflush.FLUSH_INTERVAL_S after the request: wait for both.
-        deadline = time.monotonic() + 30
-        while (
-            metric(text := server.metrics(), "flightdeck_inference_requests_total", model="mlp", outcome="success") < 30
-        ):
-            assert time.monotonic() < deadline, "a worker's counts never reached /metrics"
+        def all_counted() -> str | None:
+            text = server.metrics()
+            return (
+                text
+                if metric(text, "flightdeck_inference_requests_total", model="mlp", outcome="success") >= 30
+                else None
+            )
+
+        text = wait_until(all_counted, 30, "every worker's counts in /metrics")
         assert metric(text, "flightdeck_inference_requests_total", model="mlp", outcome="success") == 30
         assert metric(text, "flightdeck_inference_count_total", model="mlp") == 30
         assert re.search(r'flightdeck_model_info\{.*model="mlp".*\} 1\.0', text)
