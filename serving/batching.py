@@ -68,8 +68,10 @@ class Pending:
     enqueued_at: float
     deadline: float
     group: GroupKey | None = None  # set when queued: the shapes it may share a batch with
-    # Where a queued request's answer goes; an inline one's goes to `answer`, read by the caller's own thread.
+    # Where a queued request's answer goes: its future; or `answer`, read by the caller's own thread (an
+    # inline run) or after `on_done` (called in whichever thread answered it: an event loop's caller).
     future: Future | None = None
+    on_done: Callable[[Pending], None] | None = None
     answer: dict[str, np.ndarray] | ServingError | None = None
     state: _State = _State.QUEUED
     inline: bool = False  # admitted to run in the caller's thread, in Batcher.result
@@ -168,12 +170,22 @@ class Batcher:
                 self._idle_waiters -= 1
 
     def submit(
-        self, tensors: dict[str, np.ndarray], batch: int, seq_len: int, timeout_s: float, *, caller_runs: bool = False
+        self,
+        tensors: dict[str, np.ndarray],
+        batch: int,
+        seq_len: int,
+        timeout_s: float,
+        *,
+        caller_runs: bool = False,
+        on_done: Callable[[Pending], None] | None = None,
     ) -> Pending:
         """Admit a validated request or refuse it at once (Overloaded / Unavailable).
 
         With `caller_runs`, the caller promises to call `result`, which then runs the request itself
         when it found nothing queued or running, as had the `INLINE_AFTER` requests before it.
+        With `on_done`, the request is always queued and `on_done(pending)` is called once it is
+        answered (in an executor's thread, or the thread that expired it); `answer_of` then reads the
+        answer. It must not block: an event loop passes one that only schedules its own wake-up.
         """
         now = self._clock()
         if batch > self.max_batch_size:
@@ -194,14 +206,17 @@ class Batcher:
             pending = Pending(tensors, batch, seq_len, now, now + timeout_s)
             idle = not self._queue and not self._running
             self._idle_arrivals = self._idle_arrivals + 1 if idle else 0
-            if caller_runs and idle and self._idle_arrivals > INLINE_AFTER:
+            if caller_runs and on_done is None and idle and self._idle_arrivals > INLINE_AFTER:
                 # NOTE: what an idle executor would have done at once, without the two thread hand-offs
                 # (nor a Future: the answer stays in this thread).
                 pending.state, pending.inline = _State.RUNNING, True
                 self._running += 1
                 return pending
             pending.group = group_key(self._spec, tensors, self._spec.bucket_of(seq_len))
-            pending.future = Future()
+            if on_done is None:
+                pending.future = Future()
+            else:
+                pending.on_done = on_done
             self._depth_changing(now)
             self._queue.append(pending)
             self._queued_samples += batch
@@ -243,6 +258,22 @@ class Batcher:
                     self._expire(pending)
         # Either expired just now, or already running: running requests finish.
         return future.result()
+
+    def answer_of(self, pending: Pending) -> dict[str, np.ndarray]:
+        """Return the outputs of a request submitted with `on_done`, or raise its error; only after `on_done`."""
+        answer = pending.answer
+        if isinstance(answer, ServingError):
+            raise answer
+        if answer is None:
+            raise RuntimeError("answer_of called before the request was answered")
+        return answer
+
+    def expire_if_queued(self, pending: Pending) -> None:
+        """At a request's deadline: answer it DeadlineExceeded if it is still queued (a running one finishes)."""
+        with self._cond:
+            if pending.state is _State.QUEUED:
+                self._remove(pending)
+                self._expire(pending)
 
     def reconfigure(self, *, max_batch_size: int, max_queue_delay_s: float, max_queue_size: int) -> int:
         """Change the batch, delay and queue limits at once, under the lock; return how many requests it refused.
@@ -525,9 +556,11 @@ class Batcher:
 
 
 def _answer(pending: Pending, result: dict[str, np.ndarray] | ServingError) -> None:
-    """Hand a request its outputs or its error: through its future, or to the caller running it inline."""
+    """Hand a request its outputs or its error: through its future, its `on_done`, or to the caller running it inline."""
     if pending.future is None:
         pending.answer = result
+        if pending.on_done is not None:
+            pending.on_done(pending)
     elif isinstance(result, ServingError):
         pending.future.set_exception(result)
     else:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from serving.batching import Batcher, BatchObserver
+from serving.batching import Batcher, BatchObserver, Pending
 from serving.errors import InvalidInput, ModelNotFound, Overloaded, ServingError, Unavailable
 from serving.modelconfig import ModelConfig, effective_config
 from serving.runtime import (
@@ -102,6 +102,37 @@ class Routed:
     batch_size: int
     queue_s: float
     compute_s: float
+
+
+@dataclass(slots=True, eq=False)
+class Ticket:
+    """One admitted request: where it was routed, its place in the batcher, and its shadow copy, if any."""
+
+    loaded: LoadedVersion
+    pending: Pending = None  # type: ignore[assignment]  # set once the batcher admitted it
+    shadow: tuple[LoadedVersion, Pending] | None = None
+
+    @property
+    def deadline(self) -> float:
+        """Return the request's deadline on the batcher's clock (time.monotonic)."""
+        return self.pending.deadline
+
+    def expire(self) -> None:
+        """At the deadline: refuse the request (DeadlineExceeded) if it has not started running."""
+        self.loaded.batcher.expire_if_queued(self.pending)
+
+    def named(self, exc: ServingError) -> ServingError:
+        """Return `exc` naming the version and slot it was routed to, for the request's log line."""
+        exc.version, exc.slot = self.loaded.spec.version, self.loaded.slot
+        return exc
+
+    def routed(self, outputs: dict[str, np.ndarray]) -> Routed:
+        """Return the outcome; a shadow copy is compared with `outputs` when it finishes, never waited for."""
+        if self.shadow is not None:
+            target, copy = self.shadow
+            copy.future.add_done_callback(partial(_compare_shadow, target.shadow, outputs))
+        p = self.pending
+        return Routed(outputs, self.loaded.spec.version, self.loaded.slot, p.batch_size, p.queue_s, p.compute_s)
 
 
 @dataclass
@@ -441,48 +472,79 @@ class Engine:
         route_key: str | None = None,
         outputs: list[str] | None = None,
     ) -> Routed:
-        """Validate, admit, batch and run one request; raise a ServingError on any refusal.
+        """Validate, admit, batch and run one request, waiting for it; raise a ServingError on any refusal.
 
         `outputs` names the outputs the caller will read, so an unknown one is refused before the model runs.
         """
-        if self._draining:
-            raise Unavailable("the engine is draining and admits no new requests", retry_after=1)
-        loaded = self.resolve(name, version, route_key)
+        # NOTE: this thread waits for the answer anyway, so an idle batcher lets it run the batch itself.
+        ticket = self._submit(name, tensors, version, timeout_s, route_key, outputs, None)
         try:
-            return self._infer_on(loaded, tensors, version, timeout_s, outputs)
+            answer = ticket.loaded.batcher.result(ticket.pending)
         except ServingError as exc:
-            exc.version, exc.slot = loaded.spec.version, loaded.slot  # so the request's log line names them
-            raise
+            raise ticket.named(exc) from None
+        return ticket.routed(answer)
 
-    def _infer_on(
+    def submit(
         self,
-        loaded: LoadedVersion,
+        name: str,
+        tensors: dict[str, np.ndarray],
+        on_done: Callable[[Pending], None],
+        *,
+        version: str | None = None,
+        timeout_s: float | None = None,
+        route_key: str | None = None,
+        outputs: list[str] | None = None,
+    ) -> Ticket:
+        """Admit one request as `infer` does, without waiting: `on_done` is called once it is answered.
+
+        For callers that must not block (an event loop): `on_done` runs in an executor's thread and
+        must only schedule the caller's wake-up; the caller then reads the answer with `finish`, and
+        at the ticket's deadline calls `expire`.
+        """
+        return self._submit(name, tensors, version, timeout_s, route_key, outputs, on_done)
+
+    def finish(self, ticket: Ticket) -> Routed:
+        """Return an answered ticket's outcome, or raise its ServingError (naming its version and slot)."""
+        try:
+            answer = ticket.loaded.batcher.answer_of(ticket.pending)
+        except ServingError as exc:
+            raise ticket.named(exc) from None
+        return ticket.routed(answer)
+
+    def _submit(
+        self,
+        name: str,
         tensors: dict[str, np.ndarray],
         version: str | None,
         timeout_s: float | None,
+        route_key: str | None,
         outputs: list[str] | None,
-    ) -> Routed:
-        """Check, queue and run one request on the version it was routed to."""
-        name = loaded.spec.name
-        batch, seq_len = loaded.spec.check_inputs(tensors, loaded.batcher.max_batch_size)
-        known = [t.name for t in loaded.spec.outputs]
-        unknown = [o for o in outputs or () if o not in known]
-        if unknown:
-            raise InvalidInput(f"unknown output(s) {unknown}; model has {known}")
-        default = loaded.config.default_timeout_s
-        # A client may shorten its deadline, never lengthen it past the server's default.
-        timeout = default if timeout_s is None else min(timeout_s, default)
-        # NOTE: this thread waits for the answer anyway, so an idle batcher lets it run the batch itself.
-        pending = loaded.batcher.submit(tensors, batch, seq_len, timeout, caller_runs=True)
+        on_done: Callable[[Pending], None] | None,
+    ) -> Ticket:
+        if self._draining:
+            raise Unavailable("the engine is draining and admits no new requests", retry_after=1)
+        loaded = self.resolve(name, version, route_key)
+        ticket = Ticket(loaded)
         try:
-            shadow = self._mirror(name, loaded, tensors, batch, seq_len, timeout) if version is None else None
-        finally:
-            outputs = loaded.batcher.result(pending)
-        if shadow is not None:
-            target, copy = shadow
-            # NOTE: compared when the copy finishes, in whichever thread that is; the caller never waits for it.
-            copy.future.add_done_callback(partial(_compare_shadow, target.shadow, outputs))
-        return Routed(outputs, loaded.spec.version, loaded.slot, pending.batch_size, pending.queue_s, pending.compute_s)
+            batch, seq_len = loaded.spec.check_inputs(tensors, loaded.batcher.max_batch_size)
+            known = [t.name for t in loaded.spec.outputs]
+            unknown = [o for o in outputs or () if o not in known]
+            if unknown:
+                raise InvalidInput(f"unknown output(s) {unknown}; model has {known}")
+            default = loaded.config.default_timeout_s
+            # A client may shorten its deadline, never lengthen it past the server's default.
+            timeout = default if timeout_s is None else min(timeout_s, default)
+            ticket.pending = loaded.batcher.submit(
+                tensors, batch, seq_len, timeout, caller_runs=on_done is None, on_done=on_done
+            )
+        except ServingError as exc:
+            raise ticket.named(exc) from None
+        if version is None:
+            try:
+                ticket.shadow = self._mirror(name, loaded, tensors, batch, seq_len, timeout)
+            except Exception:  # NOTE: the live request is admitted (maybe to run inline): a copy never fails it
+                log.exception("could not send a shadow copy of a request to '%s'", name)
+        return ticket
 
     def _mirror(self, name: str, live: LoadedVersion, tensors, batch: int, seq_len: int, timeout: float):
         """Submit a copy to the shadow slot if there is one; a full shadow queue just skips the copy."""

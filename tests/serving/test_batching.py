@@ -358,3 +358,68 @@ def test_bisection_isolates_one_bad_request_in_32_within_2_log2_n_extra_runs() -
     # Halving: one run per level when the left half runs clean (the right half must hold the fault,
     # so it is split without a run), two when it fails; the last level always runs both singles.
     assert (min(runs), max(runs), sum(runs) / len(runs)) == (6, 10, 8.0)
+
+
+class Answers:
+    """`on_done` for callers that must not block: records each answered request, in answer order."""
+
+    def __init__(self) -> None:
+        self.done: list = []
+        self.event = threading.Event()
+
+    def __call__(self, pending) -> None:
+        self.done.append(pending)
+        self.event.set()
+
+
+def test_on_done_requests_are_queued_batched_and_answered_once_each() -> None:
+    model = Gated()
+    batcher = make(model)
+    answers = Answers()
+    first = busy_with_one(batcher, model)
+    waiting = [batcher.submit(vector(float(i)), 1, 0, 30.0, on_done=answers) for i in range(3)]
+    assert all(p.future is None for p in waiting)  # no Future: the answer comes through on_done
+    with pytest.raises(RuntimeError, match="before the request was answered"):
+        batcher.answer_of(waiting[0])
+    model.gate.set()
+    batcher.result(first)
+    assert batcher.wait_idle(5)
+    assert answers.done == waiting  # one call each, in queue order (they ran as one batch)
+    assert [batcher.answer_of(p)["y"].ravel()[0] for p in waiting] == [0.0, 2.0, 4.0]  # Echo doubles
+    assert {p.batch_size for p in waiting} == {3}
+    batcher.close()
+
+
+def test_on_done_is_used_even_when_idle_never_running_in_the_callers_thread() -> None:
+    model = Echo()
+    batcher = make(model)
+    for _ in range(20):  # more than INLINE_AFTER idle arrivals: a caller_runs request would now run inline
+        answers = Answers()
+        pending = batcher.submit(vector(1.0), 1, 0, 30.0, caller_runs=True, on_done=answers)
+        assert not pending.inline
+        assert answers.event.wait(5)
+        assert answers.done == [pending]
+    batcher.close()
+
+
+def test_expire_if_queued_refuses_a_waiting_request_and_leaves_a_running_one() -> None:
+    model = Gated()
+    recorder = Recorder()
+    batcher = make(model, observer=recorder)
+    answers = Answers()
+    running = batcher.submit(vector(1.0), 1, 0, 30.0, on_done=answers)
+    assert model.started.wait(5)
+    queued = batcher.submit(vector(42.0), 1, 0, 30.0, on_done=answers)
+    batcher.expire_if_queued(queued)
+    batcher.expire_if_queued(running)  # already running: it finishes
+    assert answers.done == [queued]
+    with pytest.raises(DeadlineExceeded, match="not run"):
+        batcher.answer_of(queued)
+    assert batcher.queue_depth == 0
+    model.gate.set()
+    assert batcher.wait_idle(5)
+    assert answers.done == [queued, running]
+    assert batcher.answer_of(running)["y"].ravel()[0] == 2.0
+    assert 42.0 not in np.concatenate([b["x"] for b in model.inner.batches])
+    assert recorder.outcomes.count(RequestOutcome.TIMEOUT) == 1
+    batcher.close()
