@@ -1,13 +1,14 @@
 """gunicorn settings, from Flightdeck's settings (FLIGHTDECK_* environment variables).
 
-Workers are threaded (gthread): concurrent requests in one process are what the dynamic batcher
-batches. Each worker embeds its own engine; SIGTERM drains it before the worker exits.
+Workers run an event loop (controlplane.worker: uvicorn's parser on uvloop) serving wsgi.asgi:
+concurrent inference requests in one process wait on it, without a thread each, for the dynamic
+batcher; the console and the API run in a thread pool. Each worker embeds its own engine; SIGTERM
+stops admitting at once and drains it before the worker exits.
 """
 
 import logging.config
 import os
 import shutil
-import signal
 import subprocess
 import sys
 
@@ -24,16 +25,14 @@ _prometheus_dir = _settings.home.resolve() / "prometheus"
 # NOTE: must be set before any worker imports prometheus_client (see controlplane/metrics.py).
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(_prometheus_dir)
 
-wsgi_app = "wsgi:app"
+wsgi_app = "wsgi:asgi"
 bind = f"{_settings.host}:{_settings.port}"
 workers = _settings.worker_count  # NOTE: one per core by default: measured 2.2x the requests/s of one on 2 cores
-threads = _settings.http_threads
-worker_class = "gthread"
+worker_class = "controlplane.worker.FlightdeckWorker"  # the Flask threads: FLIGHTDECK_THREADS, in wsgi.asgi
 graceful_timeout = max(1, round(_settings.drain_grace_s))
 timeout = 120
 keepalive = 5
-# NOTE: a gthread worker touches its heartbeat file on every event-loop turn (each request); on tmpfs that
-# is a memory write, on a disk file system a journalled metadata update (gunicorn's own advice).
+# NOTE: the worker's heartbeat file: on tmpfs a memory write, not a journalled metadata update (gunicorn's advice).
 worker_tmp_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
 accesslog = None  # one structured line per request comes from the app itself
 errorlog = "-"
@@ -79,24 +78,15 @@ def when_ready(server):
 
 
 def post_worker_init(worker):
-    """On SIGTERM, stop admitting at once (ready turns false), then let gunicorn finish in-flight requests."""
-    services = worker.wsgi.extensions["flightdeck"]
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def drain_then_exit(signum, frame):
-        services.engine.begin_drain()
-        if callable(previous):
-            previous(signum, frame)
-
-    signal.signal(signal.SIGTERM, drain_then_exit)
-    engine = services.engine
+    """Say the worker is up and what it serves. (SIGTERM's drain: controlplane.worker.DrainingServer.)"""
+    engine = worker.wsgi.services.engine
     served = ", ".join(f"{v.spec.name} {v.spec.version} ({v.slot})" for v in engine.loaded()) or "nothing deployed"
     worker.log.info("worker %s %s: %s", worker.pid, "ready" if engine.ready() else "started, not ready", served)
 
 
 def worker_exit(server, worker):
     """Finish everything the engine accepted, within the grace period, then stop the scheduler."""
-    services = getattr(worker, "wsgi", None) and worker.wsgi.extensions.get("flightdeck")
+    services = getattr(getattr(worker, "wsgi", None), "services", None)
     if services is not None:
         drained = services.shutdown(_settings.drain_grace_s)
         worker.log.info(

@@ -14,7 +14,6 @@ from controlplane.auth import api as auth_api
 from controlplane.auth.session_secret import session_secret
 from controlplane.config import Settings, load_settings
 from controlplane.contract import RowIdConverter
-from controlplane.fastpath import FastInfer
 from controlplane.history import api as history_api
 from controlplane.history import slo_api
 from controlplane.logconfig import configure_logging
@@ -53,7 +52,6 @@ def create_app(config: Mapping[str, Any] | None = None, services: Services | Non
     app.register_blueprint(alerts_api.bp)
     app.register_blueprint(runbooks_api.bp)
     app.register_blueprint(console.bp)
-    app.wsgi_app = FastInfer(app.wsgi_app, app.extensions[context.KEY])  # type: ignore[method-assign]
 
     @app.before_request
     def _request_id() -> None:

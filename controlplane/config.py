@@ -122,7 +122,8 @@ class Settings(BaseSettings):
     )
     threads: int = _setting(
         0,
-        "Request threads per worker (0: enough to hold every queue full plus running batches, see README).",
+        "Flask threads per worker: the console, the API, and inference when INFERENCE_AUTH is on (0: enough to "
+        "hold every queue full plus running batches).",
         ge=0,
         le=4096,
     )
@@ -333,7 +334,8 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"{PREFIX}THREADS={self.threads} cannot hold a full queue ({PREFIX}MAX_QUEUE_SIZE={self.max_queue_size}) "
                 f"plus a running batch ({PREFIX}MAX_BATCH_SIZE={self.max_batch_size}): the excess would wait inside "
-                "gunicorn, past admission control and deadlines. Raise THREADS, lower MAX_QUEUE_SIZE, or use 0 (auto)."
+                "the worker's thread pool, past admission control and deadlines. Raise THREADS, lower MAX_QUEUE_SIZE, "
+                "or use 0 (auto)."
             )
         return self
 
@@ -411,10 +413,11 @@ class Settings(BaseSettings):
 
     @property
     def http_threads(self) -> int:
-        """Return gunicorn's threads per worker: explicit, or room for two models' full queues and batches.
+        """Return the Flask threads per worker: explicit, or room for two models' full queues and batches.
 
-        NOTE: a request waiting for a gunicorn thread is invisible to admission control and to its
-        deadline, so there must be a thread for every request the engine could hold.
+        NOTE: inference requests reach Flask's threads when inference auth is on; one waiting for a
+        thread is invisible to admission control and to its deadline, so there must be a thread for
+        every request the engine could hold. (Threads are started only when needed.)
         """
         if self.threads:
             return self.threads

@@ -19,7 +19,7 @@ from werkzeug.wsgi import get_content_length, get_input_stream
 from controlplane import metrics
 from controlplane.config import Settings
 from controlplane.requestlog import log_request
-from serving.codec import HEADER_LENGTH, decode_request, encode_response, select_outputs
+from serving.codec import HEADER_LENGTH, InferRequest, decode_request, encode_response, select_outputs
 from serving.engine import Engine, Routed
 from serving.errors import InputRejected, InvalidInput, ModelNotFound, Overloaded, PayloadTooLarge, ServingError
 
@@ -72,6 +72,102 @@ def header_length(raw: str | None) -> int | None:
     return int(raw)
 
 
+class Call:
+    """One inference request's life after its transport parsed it: decode, outcome, answer, log line.
+
+    Both transports drive it the same way: `admit`, `decode` the body, run (`engine.infer`, or
+    `engine.submit` and `finish` on an event loop), then `succeeded` or `refused`, and `log` at the end.
+    """
+
+    __slots__ = (
+        "engine",
+        "settings",
+        "name",
+        "header",
+        "started",
+        "record",
+        "status",
+        "decoded",
+        "decode_ns",
+        "decode_ms",
+    )
+
+    def __init__(
+        self, engine: Engine, settings: Settings, name: str, version: str | None, request_id: str, header: HeaderLookup
+    ) -> None:
+        self.engine, self.settings, self.name, self.header = engine, settings, name, header
+        self.started = time.perf_counter()
+        self.record: dict = {"request_id": request_id, "model": name, "version": version}
+        self.status = 500
+        self.decoded: InferRequest | None = None
+        self.decode_ns = 0
+        self.decode_ms = 0.0
+
+    def admit(self) -> None:
+        """Refuse at once when every queue of the model is full: before decoding, so the excess is cheap."""
+        self.engine.check_admission(self.name)
+
+    def decode(self, body: bytes) -> dict[str, Any]:
+        """Decode the body; return the keyword arguments of `engine.infer` (and `submit`) for it."""
+        decode_started = time.perf_counter_ns()
+        self.decoded = decoded = decode_request(body, header_length(self.header(HEADER_LENGTH)))
+        self.decode_ns = time.perf_counter_ns() - decode_started
+        self.decode_ms = (time.perf_counter() - self.started) * 1000  # the body's reading included
+        timeout_us = decoded.timeout_us
+        return {
+            "version": self.record["version"],
+            "timeout_s": None if timeout_us is None else timeout_us / 1e6,
+            "route_key": self.header("X-Route-Key"),
+            "outputs": None if decoded.outputs is None else [o.name for o in decoded.outputs],
+        }
+
+    def succeeded(self, routed: Routed) -> Answer:
+        """Encode the outputs the request asked for; count the codec time; the 200 answer."""
+        decoded = self.decoded
+        assert decoded is not None  # decode ran before the engine could answer
+        record = self.record
+        record.update(version=routed.version, slot=routed.slot, batch_size=routed.batch_size)
+        record.update(
+            decode_ms=round(self.decode_ms, 3),
+            queue_ms=round(routed.queue_s * 1000, 3),
+            compute_ms=round(routed.compute_s * 1000, 3),
+        )
+        encode_started = time.perf_counter_ns()
+        wanted = select_outputs(decoded, list(routed.outputs))
+        body, json_length = encode_response(self.name, routed.version, decoded.id, routed.outputs, wanted)
+        _record_codec(self.engine, self.name, routed, self.decode_ns, time.perf_counter_ns() - encode_started)
+        answer = Answer(200, body, JSON if json_length is None else BINARY)
+        if json_length is not None:
+            answer.headers.append((HEADER_LENGTH, str(json_length)))
+        answer.headers.append(("X-Model-Version", routed.version))
+        answer.headers.append(("X-Model-Slot", routed.slot))
+        self.status = 200
+        return answer
+
+    def refused(self, exc: ServingError) -> Answer:
+        """Answer a ServingError in the protocol's form; count an invalid request."""
+        self.status = exc.status
+        self.record["error"] = exc.message
+        if exc.version is not None:  # routed before it failed: the line names the version and slot
+            self.record.update(version=exc.version, slot=exc.slot)
+        # InputRejected ran in a slot, whose observer already counted it as a client error.
+        if isinstance(exc, (InvalidInput, ModelNotFound, PayloadTooLarge)) and not isinstance(exc, InputRejected):
+            # Unknown names share one label, so made-up model names cannot grow the series.
+            metrics.record_invalid(self.name if self.name in self.engine.models() else "_unknown")
+        return error_answer(exc)
+
+    def log(self) -> None:
+        """Write the request's log line (sampled; slow and failed requests always)."""
+        log_request(
+            self.record,
+            status=self.status,
+            total_ms=(time.perf_counter() - self.started) * 1000,
+            sample_rate=self.settings.log_sample_rate,
+            slow_ms=self.settings.slow_request_ms,
+            tensors=None if self.decoded is None else self.decoded.tensors,
+        )
+
+
 def serve(
     engine: Engine,
     settings: Settings,
@@ -81,64 +177,17 @@ def serve(
     header: HeaderLookup,
     read_body: BodyReader,
 ) -> Answer:
-    """Run one inference request: JSON tensors, or JSON then binary tensors (the binary tensor extension)."""
-    started = time.perf_counter()
-    record: dict = {"request_id": request_id, "model": name, "version": version}
-    status = 500
-    tensors = None
+    """Run one inference request in this thread: JSON tensors, or JSON then binary tensors (the binary extension)."""
+    call = Call(engine, settings, name, version, request_id, header)
     try:
-        engine.check_admission(name)  # before decoding: refusing the excess must be cheap
-        body = read_body(settings.max_request_bytes)
-        decode_started = time.perf_counter_ns()
-        decoded = decode_request(body, header_length(header(HEADER_LENGTH)))
-        decode_ns = time.perf_counter_ns() - decode_started
-        timeout_us = decoded.timeout_us
-        decode_ms = (time.perf_counter() - started) * 1000
-        tensors = decoded.tensors
-        routed = engine.infer(
-            name,
-            decoded.tensors,
-            version=version,
-            timeout_s=None if timeout_us is None else timeout_us / 1e6,
-            route_key=header("X-Route-Key"),
-            outputs=None if decoded.outputs is None else [o.name for o in decoded.outputs],
-        )
-        record.update(version=routed.version, slot=routed.slot, batch_size=routed.batch_size)
-        record.update(
-            decode_ms=round(decode_ms, 3),
-            queue_ms=round(routed.queue_s * 1000, 3),
-            compute_ms=round(routed.compute_s * 1000, 3),
-        )
-        encode_started = time.perf_counter_ns()
-        wanted = select_outputs(decoded, list(routed.outputs))
-        body, json_length = encode_response(name, routed.version, decoded.id, routed.outputs, wanted)
-        _record_codec(engine, name, routed, decode_ns, time.perf_counter_ns() - encode_started)
-        answer = Answer(200, body, JSON if json_length is None else BINARY)
-        if json_length is not None:
-            answer.headers.append((HEADER_LENGTH, str(json_length)))
-        answer.headers.append(("X-Model-Version", routed.version))
-        answer.headers.append(("X-Model-Slot", routed.slot))
-        status = 200
-        return answer
+        call.admit()
+        routing = call.decode(read_body(settings.max_request_bytes))
+        assert call.decoded is not None
+        return call.succeeded(engine.infer(name, call.decoded.tensors, **routing))
     except ServingError as exc:
-        status = exc.status
-        record["error"] = exc.message
-        if exc.version is not None:  # routed before it failed: the line names the version and slot
-            record.update(version=exc.version, slot=exc.slot)
-        # InputRejected ran in a slot, whose observer already counted it as a client error.
-        if isinstance(exc, (InvalidInput, ModelNotFound, PayloadTooLarge)) and not isinstance(exc, InputRejected):
-            # Unknown names share one label, so made-up model names cannot grow the series.
-            metrics.record_invalid(name if name in engine.models() else "_unknown")
-        return error_answer(exc)
+        return call.refused(exc)
     finally:
-        log_request(
-            record,
-            status=status,
-            total_ms=(time.perf_counter() - started) * 1000,
-            sample_rate=settings.log_sample_rate,
-            slow_ms=settings.slow_request_ms,
-            tensors=tensors,
-        )
+        call.log()
 
 
 def _record_codec(engine: Engine, name: str, routed: Routed, decode_ns: int, encode_ns: int) -> None:

@@ -170,8 +170,8 @@ def _read_body(limit: int) -> bytes:
 )  # fmt: skip
 def infer(name: str, version: str | None = None) -> Response:
     """Run an inference: JSON tensors, or JSON then binary tensors (the binary tensor extension)"""
-    # NOTE: most requests never get here: controlplane.fastpath serves them through the same `serve`
-    # without building a Flask request; this view serves those it declines (inference auth on, cookies).
+    # NOTE: under gunicorn most requests never get here: controlplane.asgi answers them on its event loop
+    # with the same `inference.Call`; this view serves those it declines (inference auth on, cookies).
     services = current_services()
     return _response(
         serve(services.engine, services.settings, name, version, g.request_id, request.headers.get, _read_body)

@@ -1,8 +1,8 @@
 """Request ids: the caller's `X-Request-ID` when it is sensible, else a new one, cheap to make.
 
 Kept apart from the blueprints so the app factory, the auth guard (which may answer before the
-app's own request-id hook has run) and the inference fast path (`fastpath`, which reads the WSGI
-environ, not Flask's request) all use it without importing a view module.
+app's own request-id hook has run) and the event loop's inference path (`asgi`, which reads the
+ASGI scope, not Flask's request) all use it without importing a view module.
 """
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
+import socket
 import sqlite3
 import threading
 import time
@@ -132,3 +134,37 @@ def test_a_first_start_pushes_the_demo_models_through_the_registry_and_a_restart
         assert again.stop() == 0
     with sqlite3.connect(home / "flightdeck.db") as db:
         assert db.execute("SELECT count(*) FROM model_versions").fetchone() == (4,)
+
+
+def raw_exchange(url: str, data: bytes, chunk: int = 16 * 1024) -> bytes:
+    """Send raw bytes over one connection (in pieces, as a slow client would); return all the server answered."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        try:
+            for start in range(0, len(data), chunk):
+                sock.sendall(data[start : start + chunk])
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused mid-way: what it answered is still readable
+        answer = b""
+        while piece := sock.recv(65536):
+            answer += piece
+        return answer
+
+
+def test_a_request_head_over_the_limit_is_refused_and_a_normal_one_still_served(home: Path) -> None:
+    server = start_server(home, {"FLIGHTDECK_LOAD_MODELS": "mlp"})
+    try:
+        huge_header = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * (200 * 1024) + b"\r\n\r\n"
+        assert raw_exchange(server.url, huge_header).startswith(b"HTTP/1.1 431 ")
+        many_headers = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n" + b"X-A: b\r\n" * 20000 + b"\r\n"
+        assert raw_exchange(server.url, many_headers).startswith(b"HTTP/1.1 431 ")
+        long_url = b"GET /v2/health/live?" + b"q" * (200 * 1024) + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+        assert raw_exchange(server.url, long_url).startswith(b"HTTP/1.1 431 ")
+        # A body far larger than the head limit is not a head: a 1 MiB upload's bytes are not counted.
+        big_body = json.dumps({"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32",
+                                           "data": [0.25] * 64}], "id": "x" * (1024 * 1024)}).encode()  # fmt: skip
+        status, body, _ = server.post("/v2/models/mlp/infer", big_body)
+        assert status == 200 and body["id"] == "x" * (1024 * 1024)
+        assert server.get("/v2/health/live")[0] == 200
+    finally:
+        assert server.stop() == 0

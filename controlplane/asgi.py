@@ -1,0 +1,190 @@
+"""The server's front: inference requests answered on the event loop, everything else by Flask.
+
+gunicorn runs this ASGI app in `controlplane.worker.FlightdeckWorker` (uvicorn's HTTP parser in C,
+on uvloop). `POST /v2/models/<name>[/versions/<version>]/infer` is read, decoded, queued in the
+engine's batcher, awaited and written here, on the loop: no thread per request and no hand-off
+but the batcher's own (the batcher wakes the loop once per answered request; see `_run`). The
+same `inference.Call` as the Flask view does the decoding, answering, counting and logging, so
+the two answer alike. Every other request goes to the Flask app through a2wsgi's thread pool
+(`FLIGHTDECK_THREADS` threads), and so do inference requests it cannot answer exactly as Flask
+would: FLIGHTDECK_INFERENCE_AUTH on (token checks need a database session), a session cookie
+(Flask would open that session), a mount point (root_path) or a path that is not ASCII.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from a2wsgi import WSGIMiddleware
+from flask import Flask
+
+from controlplane import context
+from controlplane.inference import Answer, Call
+from controlplane.requestid import request_id_from
+from serving.engine import Routed
+from serving.errors import PayloadTooLarge, ServingError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from controlplane.services import Services
+
+log = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+# Flask's rules for the view, `<name>` and `<version>` being Werkzeug's default converter ([^/]+).
+_INFER = re.compile(r"/v2/models/([^/]+)/(?:versions/([^/]+)/)?infer")
+_INTERNAL_ERROR = json.dumps({"error": "internal server error"}).encode()
+
+
+class ClientGone(Exception):
+    """The client closed the connection before its request body arrived: nothing to answer."""
+
+
+class Front:
+    """ASGI app: inference on the event loop, the rest to Flask (see the module's docstring)."""
+
+    def __init__(self, flask_app: Flask) -> None:
+        self.flask_app = flask_app
+        self.services: Services = flask_app.extensions[context.KEY]
+        threads = self.services.settings.http_threads
+        self.flask = WSGIMiddleware(_input_terminated(flask_app.wsgi_app), workers=threads)
+
+    def begin_drain(self) -> None:
+        """Stop admitting inference requests at once (readiness turns false); accepted ones finish."""
+        self.services.engine.begin_drain()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        name_version = self._inference_route(scope)
+        if name_version is None:
+            await self.flask(scope, receive, send)
+            return
+        headers = dict(scope["headers"])  # NOTE: names arrive lower-case; a repeated header keeps its last value
+        if b"cookie" in headers:
+            await self.flask(scope, receive, send)
+            return
+        try:
+            await self._infer(headers, receive, send, *name_version)
+        except ClientGone:
+            return
+
+    def _inference_route(self, scope: Scope) -> tuple[str, str | None] | None:
+        """Return (model, version) when this request may be answered here, else None."""
+        if scope["type"] != "http" or scope["method"] != "POST" or scope.get("root_path"):
+            return None
+        path = scope["path"]
+        if not path.isascii():
+            return None
+        match = _INFER.fullmatch(path)
+        if match is None or self.services.settings.inference_auth:
+            return None
+        return match[1], match[2]
+
+    async def _infer(
+        self, headers: dict[bytes, bytes], receive: Receive, send: Send, name: str, version: str | None
+    ) -> None:
+        def header(name: str) -> str | None:
+            value = headers.get(name.lower().encode("latin-1"))
+            return None if value is None else value.decode("latin-1")
+
+        services = self.services
+        request_id = request_id_from(header("X-Request-ID"))
+        try:
+            call = Call(services.engine, services.settings, name, version, request_id, header)
+            try:
+                call.admit()
+                body = await read_body(receive, header("Content-Length"), services.settings.max_request_bytes)
+                routing = call.decode(body)
+                assert call.decoded is not None
+                answer = call.succeeded(await _run(services, name, call.decoded.tensors, routing))
+            except ServingError as exc:
+                answer = call.refused(exc)
+            finally:
+                call.log()
+        except ClientGone:
+            raise
+        except Exception:  # as the app's handler for unexpected errors: logged once, a bare 500
+            log.exception("unhandled error on POST %s", f"/v2/models/{name}/infer")
+            answer = Answer(500, _INTERNAL_ERROR)
+        await send({"type": "http.response.start", "status": answer.status, "headers": _headers(answer, request_id)})
+        await send({"type": "http.response.body", "body": answer.body})
+
+
+async def _run(services: Services, name: str, tensors: dict[str, np.ndarray], routing: dict[str, Any]) -> Routed:
+    """Queue the request in the engine and wait for it without blocking the loop; refuse it at its deadline."""
+    loop = asyncio.get_running_loop()
+    answered = loop.create_future()
+
+    def on_done(_pending: object) -> None:  # in the executor's thread
+        try:
+            loop.call_soon_threadsafe(_wake, answered)
+        except RuntimeError:  # the loop has closed (the worker stopped): nobody waits for this answer
+            pass
+
+    engine = services.engine
+    ticket = engine.submit(name, tensors, on_done, **routing)
+    # NOTE: the batcher's own clock is time.monotonic, as is the loop's; a request still queued at its
+    # deadline is refused then, as a waiting thread would refuse it (Batcher.result).
+    timer = loop.call_later(max(0.0, ticket.deadline - time.monotonic()), ticket.expire)
+    try:
+        await answered
+    finally:
+        timer.cancel()
+    return engine.finish(ticket)
+
+
+def _wake(answered: asyncio.Future[None]) -> None:
+    if not answered.done():
+        answered.set_result(None)
+
+
+async def read_body(receive: Receive, length: str | None, limit: int) -> bytes:
+    """Read the whole request body, refusing one over `limit` bytes (413) before reading it when it says so."""
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise PayloadTooLarge(f"request body of {int(length)} bytes is over the limit of {limit}")
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _headers(answer: Answer, request_id: str) -> list[tuple[bytes, bytes]]:
+    headers = [
+        (b"Content-Type", answer.content_type.encode("latin-1")),
+        (b"Content-Length", str(len(answer.body)).encode("latin-1")),
+    ]
+    headers.extend((k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers)
+    headers.append((b"X-Request-ID", request_id.encode("latin-1")))
+    return headers
+
+
+def _input_terminated(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
+    """Tell Werkzeug the input stream ends with the body (a2wsgi's does), so chunked uploads are read.
+
+    NOTE: gunicorn says the same of its own streams; without it Flask reads a body sent without a
+    Content-Length (chunked) as empty.
+    """
+
+    def wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        environ["wsgi.input_terminated"] = True
+        return app(environ, start_response)
+
+    return wsgi

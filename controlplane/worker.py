@@ -1,0 +1,131 @@
+"""Flightdeck's gunicorn worker: uvicorn's event loop (uvloop, httptools) serving `controlplane.asgi.Front`.
+
+Why not gthread: on this machine a hello-world WSGI app under gunicorn's gthread worker cost
+~160-190 µs of CPU per request (gunicorn parses HTTP in Python and hands each request to a
+thread); under this worker, ~46 µs. Inference requests need no thread at all here (they wait
+on the loop for the batcher), so the worker's CPU goes to the model (README, "Benchmarks").
+
+What differs from uvicorn's own `UvicornWorker`:
+- SIGTERM (and SIGINT, SIGQUIT) stops the engine admitting at once, then uvicorn stops accepting,
+  lets in-flight requests finish within gunicorn's graceful timeout, and the `worker_exit` hook
+  drains what the engine still holds.
+- A request's head (request line and headers) is at most `MAX_HEAD_BYTES`: uvicorn's httptools
+  protocol sets no bound of its own, where gunicorn had one (`BoundedHttpToolsProtocol`).
+- No forwarding header is trusted (the audit log's address is the peer's, see auth.audit), no
+  Server header, no access log (the app writes its own request log), at most gunicorn's
+  `worker_connections` connections at once (more get 503).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from types import FrameType
+from typing import Any
+
+from gunicorn.arbiter import Arbiter
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import Server
+from uvicorn_worker import UvicornWorker
+
+# NOTE: nginx allows 4 x 8 KiB of headers, Node 16 KiB; gunicorn 100 fields of 8 KiB each.
+MAX_HEAD_BYTES = 64 * 1024
+LINGER_S = 2.0
+_TOO_LARGE = b"request line and headers are over the limit of %d bytes" % MAX_HEAD_BYTES
+
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, answering 431 to a request whose head grows past MAX_HEAD_BYTES.
+
+    NOTE: httptools gathers a header's name and value before any callback sees them, so the bound is
+    counted on the bytes that arrive while a head is incomplete; the head is refused before it holds
+    more than the bound plus one read. The connection then discards what still arrives for
+    `LINGER_S` and closes: closed at once, the client's next bytes would draw a reset that can
+    destroy the 431 before the client reads it.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._in_head = True  # the next bytes begin a request's head
+        self._heads_done = 0
+        self._head_bytes = 0
+        self._refused = False
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._heads_done += 1
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._in_head = True
+        self._head_bytes = 0
+        super().on_message_complete()
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        in_head, heads_done = self._in_head, self._heads_done
+        super().data_received(data)
+        if not self._in_head or self.transport.is_closing():
+            return
+        if in_head and heads_done == self._heads_done:
+            self._head_bytes += len(data)  # all of it was head
+        if self._head_bytes > MAX_HEAD_BYTES:
+            self.transport.write(
+                b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(_TOO_LARGE), _TOO_LARGE)
+            )
+            self._refused = True
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            self.loop.call_later(LINGER_S, self.transport.close)
+
+
+class DrainingServer(Server):
+    """uvicorn's server, telling the app to stop admitting the moment a stop signal arrives."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        begin_drain = getattr(self.config.app, "begin_drain", None)
+        if begin_drain is not None:
+            begin_drain()
+        super().handle_exit(sig, frame)
+
+
+class FlightdeckWorker(UvicornWorker):
+    CONFIG_KWARGS: dict[str, Any] = {
+        "loop": "uvloop",
+        "http": BoundedHttpToolsProtocol,
+        "lifespan": "off",
+        "proxy_headers": False,
+        "server_header": False,
+        "access_log": False,
+    }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.config.limit_concurrency = self.cfg.worker_connections
+        self.config.timeout_graceful_shutdown = self.cfg.graceful_timeout
+        # NOTE: uvicorn's per-worker start and stop lines repeat what the hooks in gunicorn.conf.py say.
+        logging.getLogger("uvicorn.error").setLevel(max(logging.WARNING, self.log.error_log.level))
+
+    def init_signals(self) -> None:
+        super().init_signals()
+        # NOTE: uvicorn handles these while it serves, then raises the signal again with this handler in place.
+        # Left at SIG_DFL (as UvicornWorker leaves them) that kills the process before gunicorn's `worker_exit`
+        # hook drains the engine; an exit, here or while the app loads, runs the hook.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, _exit_now)
+
+    async def _serve(self) -> None:
+        # As UvicornWorker._serve, with the draining server.
+        self.config.app = self.wsgi
+        server = DrainingServer(config=self.config)
+        self._install_sigquit_handler()
+        await server.serve(sockets=self.sockets)
+        if not server.started:
+            sys.exit(Arbiter.WORKER_BOOT_ERROR)
+
+
+def _exit_now(sig: int, frame: FrameType | None) -> None:
+    sys.exit(0)
