@@ -11,10 +11,18 @@ a venv that cannot be created (no network), with one line saying so.
 
     python -m serving.bench_peers [--workloads mlp,textcls32] [--concurrency 1,32] [--seconds 4] [--idle 10]
                                   [--no-mlserver] [--flightdeck-env FLIGHTDECK_WORKERS=1 ...] [--json PATH]
+                                  [--client async|threads]
 
 Before any load it waits for every Flightdeck worker to have loaded its models (keep-alive
 connections opened earlier would all stay on the first worker), then prints each process's idle
 CPU (% of one core over --idle seconds).
+
+The client is serving.loadgen (`--client async`, the default): one process of its own, uvloop and
+`asyncio.Protocol` keep-alive connections, the request encoded once. The client shares the 2 cores
+with the server under test, so its own CPU caps what a light model can show: against a trivial
+uvicorn server it used 11-12 µs of CPU per request at c=32 (19-30 at c=1), where the threaded
+http.client loop of serving.bench (`--client threads`, kept for comparison) used 58-190 µs at c=32
+(~65 at c=1) and, at c=32, held the server to 8-12k req/s that the async client drove at 34-50k.
 
 Columns: req/s (200s only), p50/p99 of successful requests, CPU µs per request (utime+stime of the
 server's whole process tree over the window, / successes), the server tree's cores in use, errors
@@ -38,9 +46,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from serving.bench import CLK_TCK, closed_loop, percentile_ms, request_body, sample_inputs
+from serving.bench import CLK_TCK, Window, closed_loop, percentile_ms, request_body, sample_inputs
 from serving.benchprocess import ROOT, ServerProcess, free_port
 from serving.engine import read_manifest
+from serving.loadgen import Result, drive
 from serving.peers import mlserver_peer
 from serving.runtime import requested_providers
 from serving.settings import BatchingSettings, RuntimeSettings, parallelism
@@ -234,20 +243,26 @@ def registry_models(home: Path, names: set[str]) -> dict[str, Path]:
 
 
 def measure(
-    peer: Peer, workload: str, model: str, body: bytes, concurrency: int, warmup_s: float, seconds: float
-) -> Cell:
-    """Drive one server closed-loop and summarise the window."""
+    peer: Peer, workload: str, model: str, body: bytes, concurrency: int, warmup_s: float, seconds: float,
+    client: str = "async",
+) -> Cell:  # fmt: skip
+    """Drive one server closed-loop (serving.loadgen, or `client="threads"`: http.client threads) and summarise."""
     load1 = os.getloadavg()[0]
-    calls = [peer.client(f"/v2/models/{model}/infer", body) for _ in range(concurrency)]
+    path = f"/v2/models/{model}/infer"
 
     def probe() -> dict[str, Any]:
         return {"t": time.perf_counter(), "cpu": tree_cpu_s(peer.process.pid)}
 
-    try:
-        w = closed_loop(calls, warmup_s, seconds, probe)
-    finally:
-        for call in calls:
-            call.close()
+    w: Window | Result
+    if client == "async":
+        w = drive(peer.port, path, body, concurrency, warmup_s, seconds, probe)
+    else:
+        calls = [peer.client(path, body) for _ in range(concurrency)]
+        try:
+            w = closed_loop(calls, warmup_s, seconds, probe)
+        finally:
+            for call in calls:
+                call.close()
     ok = w.statuses.get(200, 0)
     cpu = w.delta("cpu")
     return Cell(
@@ -288,6 +303,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--flightdeck-env", action="append", default=[], metavar="FLIGHTDECK_X=VALUE",
                    help="run Flightdeck with this setting changed (repeatable); the defaults otherwise")  # fmt: skip
     p.add_argument("--json", type=Path, help="also write the cells as JSON here")
+    p.add_argument("--client", choices=["async", "threads"], default="async",
+                   help="async: serving.loadgen in its own process; threads: the old http.client threads")  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -328,7 +345,9 @@ def run(args: argparse.Namespace) -> list[Cell]:
                 spec = ModelSpec.from_manifest(read_manifest(folders[model]))
                 body = request_body(sample_inputs(spec, 1, seq_len), spec)
                 for peer in peers if i % 2 == 0 else peers[::-1]:  # alternate, so drift hits both alike
-                    cells.append(measure(peer, workload, model, body, concurrency, args.warmup, args.seconds))
+                    cells.append(
+                        measure(peer, workload, model, body, concurrency, args.warmup, args.seconds, args.client)
+                    )
         finally:
             for peer in peers:
                 peer.stop()
