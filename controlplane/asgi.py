@@ -54,7 +54,6 @@ class Front:
     """ASGI app: inference on the event loop, the rest to Flask (see the module's docstring)."""
 
     def __init__(self, flask_app: Flask) -> None:
-        self.flask_app = flask_app
         self.services: Services = flask_app.extensions[context.KEY]
         threads = self.services.settings.http_threads
         self.flask = WSGIMiddleware(_input_terminated(flask_app.wsgi_app), workers=threads)
@@ -108,6 +107,10 @@ class Front:
                 answer = call.succeeded(await _run(services, name, call.decoded.tensors, routing))
             except ServingError as exc:
                 answer = call.refused(exc)
+            except ClientGone:
+                call.status = 499  # nginx's "client closed request": in the log, not a server error
+                call.record["error"] = "the client closed the connection before its body arrived"
+                raise
             finally:
                 call.log()
         except ClientGone:

@@ -208,7 +208,7 @@ class Settings(BaseSettings):
     )
     cookie_secure: Literal["auto", "always", "never"] = _setting(
         "auto",
-        "Secure flag on the session cookie: auto (when the request came over HTTPS, as gunicorn sees it behind "
+        "Secure flag on the session cookie: auto (when the request came over HTTPS, as the server sees it behind "
         "FORWARDED_ALLOW_IPS), always, or never. Use always whenever the console is reached over HTTPS.",
     )
     session_hours: float = _setting(

@@ -11,14 +11,17 @@ What differs from uvicorn's own `UvicornWorker`:
   drains what the engine still holds.
 - A request's head (request line and headers) is at most `MAX_HEAD_BYTES`: uvicorn's httptools
   protocol sets no bound of its own, where gunicorn had one (`BoundedHttpToolsProtocol`).
-- No forwarding header is trusted (the audit log's address is the peer's, see auth.audit), no
-  Server header, no access log (the app writes its own request log), at most gunicorn's
+- Forwarding headers (X-Forwarded-For, -Proto) are trusted only when FORWARDED_ALLOW_IPS names the
+  proxies, and then only from them; unset, the audit log's address is the peer's and the scheme is
+  the connection's (gunicorn's own default trusted 127.0.0.1, so any local process could set
+  the address audit events and the login throttle see). No Server header, no access log (the app writes its own request log), at most gunicorn's
   `worker_connections` connections at once (more get 503).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 from types import FrameType
@@ -97,12 +100,13 @@ class FlightdeckWorker(UvicornWorker):
         "loop": "uvloop",
         "http": BoundedHttpToolsProtocol,
         "lifespan": "off",
-        "proxy_headers": False,
         "server_header": False,
         "access_log": False,
     }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # NOTE: before UvicornWorker builds its Config from CONFIG_KWARGS (and cfg.forwarded_allow_ips).
+        self.CONFIG_KWARGS = {**self.CONFIG_KWARGS, "proxy_headers": bool(os.environ.get("FORWARDED_ALLOW_IPS"))}
         super().__init__(*args, **kwargs)
         self.config.limit_concurrency = self.cfg.worker_connections
         self.config.timeout_graceful_shutdown = self.cfg.graceful_timeout

@@ -248,3 +248,27 @@ def test_a_request_still_queued_at_its_deadline_is_refused_then_and_never_run(
     assert refused.status == 504 and "not run" in refused.json()["error"]
     assert served.status == 200
     assert all(not np.any(batch == 42.0) for batch in ran) and len(ran) == 1
+
+
+def test_a_client_gone_before_its_body_arrived_gets_no_answer_and_a_499_log_line(app: Flask) -> None:
+    body = json.dumps(mlp_body(1)).encode()
+    messages = [{"type": "http.request", "body": body[:20], "more_body": True}, {"type": "http.disconnect"}]
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return messages.pop(0)
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+        "path": f"{MLP}/infer", "raw_path": f"{MLP}/infer".encode(), "query_string": b"", "root_path": "",
+        "headers": [(b"x-request-id", b"gone-1")], "client": ("127.0.0.1", 40000), "server": ("127.0.0.1", 8080),
+    }  # fmt: skip
+    asyncio.run(Front(app)(scope, receive, send))
+    assert sent == []
+    log_file = app.extensions["flightdeck"].settings.log_dir / "requests.log"
+    lines = [json.loads(line) for line in log_file.read_text().splitlines()]
+    gone = [line for line in lines if line["request_id"] == "gone-1"]
+    assert len(gone) == 1 and gone[0]["status"] == 499 and "closed the connection" in gone[0]["error"]

@@ -168,3 +168,28 @@ def test_a_request_head_over_the_limit_is_refused_and_a_normal_one_still_served(
         assert server.get("/v2/health/live")[0] == 200
     finally:
         assert server.stop() == 0
+
+
+def failed_login_address(server, forwarded_for: str) -> str:
+    """Fail one login with an X-Forwarded-For header; return the address its audit event recorded."""
+    status, _, _ = server.post(
+        "/api/session", {"name": "nobody", "password": "wrong-password"},
+        headers={"Content-Type": "application/json", "X-Forwarded-For": forwarded_for},
+    )  # fmt: skip
+    assert status == 401
+    with sqlite3.connect(server.home / "flightdeck.db") as db:
+        (address,) = db.execute("SELECT address FROM audit_events ORDER BY id DESC LIMIT 1").fetchone()
+    return address
+
+
+@pytest.mark.parametrize("trusted", [None, "127.0.0.1"], ids=["default", "proxy-named"])
+def test_a_forwarded_address_counts_only_from_a_proxy_named_in_forwarded_allow_ips(
+    home: Path, trusted: str | None
+) -> None:
+    env = {"FLIGHTDECK_LOAD_MODELS": "mlp", **({"FORWARDED_ALLOW_IPS": trusted} if trusted else {})}
+    server = start_server(home, env)
+    try:
+        address = failed_login_address(server, "203.0.113.9")
+    finally:
+        assert server.stop() == 0
+    assert address == ("203.0.113.9" if trusted else "127.0.0.1")
