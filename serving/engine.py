@@ -126,6 +126,14 @@ class Ticket:
         exc.version, exc.slot = self.loaded.spec.version, self.loaded.slot
         return exc
 
+    def outcome(self, answer: Callable[[Pending], dict[str, np.ndarray]]) -> Routed:
+        """Return the outcome from `answer(pending)` (the batcher's result or answer_of), or raise its error, named."""
+        try:
+            outputs = answer(self.pending)
+        except ServingError as exc:
+            raise self.named(exc) from None
+        return self.routed(outputs)
+
     def routed(self, outputs: dict[str, np.ndarray]) -> Routed:
         """Return the outcome; a shadow copy is compared with `outputs` when it finishes, never waited for."""
         if self.shadow is not None:
@@ -478,11 +486,7 @@ class Engine:
         """
         # NOTE: this thread waits for the answer anyway, so an idle batcher lets it run the batch itself.
         ticket = self._submit(name, tensors, version, timeout_s, route_key, outputs, None)
-        try:
-            answer = ticket.loaded.batcher.result(ticket.pending)
-        except ServingError as exc:
-            raise ticket.named(exc) from None
-        return ticket.routed(answer)
+        return ticket.outcome(ticket.loaded.batcher.result)
 
     def submit(
         self,
@@ -505,11 +509,7 @@ class Engine:
 
     def finish(self, ticket: Ticket) -> Routed:
         """Return an answered ticket's outcome, or raise its ServingError (naming its version and slot)."""
-        try:
-            answer = ticket.loaded.batcher.answer_of(ticket.pending)
-        except ServingError as exc:
-            raise ticket.named(exc) from None
-        return ticket.routed(answer)
+        return ticket.outcome(ticket.loaded.batcher.answer_of)
 
     def _submit(
         self,
