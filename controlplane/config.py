@@ -144,7 +144,9 @@ class Settings(BaseSettings):
         0, "ONNX Runtime intra-op threads (0: auto, cores / batch instances on CPU).", ge=0
     )
     ort_inter_op_threads: int = _setting(1, "ONNX Runtime inter-op threads.", ge=0)
-    ort_allow_spinning: bool = _setting(False, "Let idle ONNX Runtime threads spin (costs CPU the HTTP threads need).")
+    ort_allow_spinning: bool = _setting(
+        False, "Let idle ONNX Runtime threads spin (costs CPU the event loop and the other executors need)."
+    )
     ort_graph_optimization: Literal["disable", "basic", "extended", "all"] = _setting(
         "all", "Graph optimisation level: disable, basic, extended, all."
     )
