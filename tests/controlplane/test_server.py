@@ -193,3 +193,47 @@ def test_a_forwarded_address_counts_only_from_a_proxy_named_in_forwarded_allow_i
     finally:
         assert server.stop() == 0
     assert address == ("203.0.113.9" if trusted else "127.0.0.1")
+
+
+def test_concurrent_requests_on_the_event_loop_are_batched_and_each_answer_is_plain_onnx_runtimes(
+    home: Path,
+) -> None:
+    import numpy as np
+    import onnxruntime as ort
+
+    server = start_server(home, {"FLIGHTDECK_WORKERS": "1", "FLIGHTDECK_LOAD_MODELS": "textcls"})
+    model = next(m.parent for m in home.rglob("manifest.json") if json.loads(m.read_text())["name"] == "textcls"
+                 and str(json.loads(m.read_text())["version"]) == "1") / "model.onnx"  # fmt: skip
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    bodies = [textcls_body(16 + (seed % 3) * 8, seed) for seed in range(32)]  # three lengths: three shape groups
+    answers: dict[int, tuple[int, dict]] = {}
+
+    def call(seed: int) -> None:
+        status, body, _ = server.post("/v2/models/textcls/infer", bodies[seed], timeout=60)
+        answers[seed] = (status, body)
+
+    def stats() -> tuple[int, int]:
+        s = server.get("/v2/models/textcls/stats")[1]["model_stats"][0]
+        return s["inference_count"], s["execution_count"]
+
+    try:
+        before = stats()
+        for _ in range(5):  # NOTE: rounds until the server reports a batch of more than one (almost always the first)
+            threads = [threading.Thread(target=call, args=(seed,)) for seed in range(32)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+            inferences, executions = (a - b for a, b in zip(stats(), before))
+            if executions < inferences:
+                break
+    finally:
+        assert server.stop() == 0
+    assert executions < inferences, "32 concurrent requests never shared a batch"
+    for seed, body in enumerate(bodies):
+        status, answer = answers[seed]
+        assert status == 200, answer
+        feeds = {t["name"]: np.asarray(t["data"], dtype=np.int64).reshape(t["shape"]) for t in body["inputs"]}
+        expected = session.run(None, feeds)[0]
+        got = np.asarray(answer["outputs"][0]["data"], dtype=np.float32).reshape(answer["outputs"][0]["shape"])
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
