@@ -6,7 +6,7 @@ thread); under this worker, ~46 µs. Inference requests need no thread at all he
 on the loop for the batcher), so the worker's CPU goes to the model (README, "Benchmarks").
 
 What differs from uvicorn's own `UvicornWorker`:
-- SIGTERM (and SIGINT, SIGQUIT) stops the engine admitting at once, then uvicorn stops accepting,
+- SIGTERM, SIGINT and SIGQUIT (the master's Ctrl-C) stop the engine admitting at once, then uvicorn stops accepting,
   lets in-flight requests finish within gunicorn's graceful timeout, and the `worker_exit` hook
   drains what the engine still holds.
 - A request's head (request line and headers) is at most `MAX_HEAD_BYTES`: uvicorn's httptools
@@ -20,6 +20,7 @@ What differs from uvicorn's own `UvicornWorker`:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -118,14 +119,17 @@ class FlightdeckWorker(UvicornWorker):
         # NOTE: uvicorn handles these while it serves, then raises the signal again with this handler in place.
         # Left at SIG_DFL (as UvicornWorker leaves them) that kills the process before gunicorn's `worker_exit`
         # hook drains the engine; an exit, here or while the app loads, runs the hook.
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
             signal.signal(sig, _exit_now)
 
     async def _serve(self) -> None:
         # As UvicornWorker._serve, with the draining server.
         self.config.app = self.wsgi
         server = DrainingServer(config=self.config)
-        self._install_sigquit_handler()
+        # NOTE: not UvicornWorker's SIGQUIT handler: it only clears gunicorn's `alive`, which uvicorn never
+        # reads, so the master's SIGQUIT (how it passes on a Ctrl-C) waited out the grace period and the
+        # worker was killed undrained.
+        asyncio.get_running_loop().add_signal_handler(signal.SIGQUIT, server.handle_exit, signal.SIGQUIT, None)
         await server.serve(sockets=self.sockets)
         if not server.started:
             sys.exit(Arbiter.WORKER_BOOT_ERROR)

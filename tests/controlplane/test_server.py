@@ -237,3 +237,15 @@ def test_concurrent_requests_on_the_event_loop_are_batched_and_each_answer_is_pl
         expected = session.run(None, feeds)[0]
         got = np.asarray(answer["outputs"][0]["data"], dtype=np.float32).reshape(answer["outputs"][0]["shape"])
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_ctrl_c_on_the_master_drains_every_worker_promptly(home: Path) -> None:
+    """gunicorn passes SIGINT on as SIGQUIT; a worker that ignored it would be killed after the 60 s grace."""
+    server = start_server(
+        home, {"FLIGHTDECK_WORKERS": "2", "FLIGHTDECK_LOAD_MODELS": "mlp", "FLIGHTDECK_DRAIN_GRACE_S": "60"}
+    )
+    wait_until(lambda: server.output().count(" ready: ") == 2, 60, "both workers ready")
+    started = time.monotonic()
+    assert server.stop(signal.SIGINT, timeout=30) == 0
+    assert time.monotonic() - started < 30
+    assert server.output().count("all requests finished") == 2, server.output()[-3000:]
