@@ -21,6 +21,7 @@ from werkzeug.test import Client
 
 from controlplane.asgi import Front
 from controlplane.auth import Role
+from tests.aio import run_async
 from tests.controlplane.conftest import token_for
 from tests.controlplane.test_inference_api import MLP, binary_body, mlp_array, mlp_body
 
@@ -60,7 +61,7 @@ class Reply:
 def asgi_call(front: Front, path: str, body: bytes = b"", headers: dict[str, str] | None = None, *,
               method: str = "POST", chunks: list[bytes] | None = None) -> Reply:  # fmt: skip
     """Send one request through the front on an event loop; `chunks`: a body without Content-Length."""
-    return asyncio.run(_asgi(front, path, body, headers or {}, method, chunks))
+    return run_async(lambda: _asgi(front, path, body, headers or {}, method, chunks))
 
 
 async def _asgi(front, path, body, headers, method, chunks) -> Reply:
@@ -244,7 +245,7 @@ def test_a_request_still_queued_at_its_deadline_is_refused_then_and_never_run(
         gate.set()
         return refused, await busy
 
-    refused, served = asyncio.run(scenario())
+    refused, served = run_async(scenario)
     assert refused.status == 504 and "not run" in refused.json()["error"]
     assert served.status == 200
     assert all(not np.any(batch == 42.0) for batch in ran) and len(ran) == 1
@@ -266,7 +267,7 @@ def test_a_client_gone_before_its_body_arrived_gets_no_answer_and_a_499_log_line
         "path": f"{MLP}/infer", "raw_path": f"{MLP}/infer".encode(), "query_string": b"", "root_path": "",
         "headers": [(b"x-request-id", b"gone-1")], "client": ("127.0.0.1", 40000), "server": ("127.0.0.1", 8080),
     }  # fmt: skip
-    asyncio.run(Front(app)(scope, receive, send))
+    run_async(lambda: Front(app)(scope, receive, send))
     assert sent == []
     log_file = app.extensions["flightdeck"].settings.log_dir / "requests.log"
     lines = [json.loads(line) for line in log_file.read_text().splitlines()]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import threading
 import time
@@ -15,6 +14,7 @@ import pytest
 
 from serving.benchprocess import free_port
 from serving.loadgen import Connection, Recorder, drive
+from tests.aio import run_async
 
 BODY = b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}'
 ANSWER = b'{"outputs":[{"name":"y","shape":[1,1],"datatype":"FP32","data":[10]}]}'
@@ -161,7 +161,7 @@ def test_responses_split_or_whole_are_parsed_one_at_a_time() -> None:
         assert transport.closed and len(transport.writes) == 4
         return recorder, transport, await conn.closed
 
-    recorder, transport, backoff = asyncio.run(scenario())
+    recorder, transport, backoff = run_async(scenario)
     assert recorder.statuses == {200: 3, 429: 1} and len(recorder.latencies) == 3
     assert transport.writes == [b"REQUEST"] * 4 and backoff == 0.0
 
@@ -176,5 +176,5 @@ def test_a_connection_dropped_in_flight_counts_as_status_0_and_backs_off() -> No
         transport.close()
         return recorder, await conn.closed
 
-    recorder, backoff = asyncio.run(scenario())
+    recorder, backoff = run_async(scenario)
     assert recorder.total == {0: 1} and backoff > 0
