@@ -116,10 +116,11 @@ def test_the_leader_killed_by_sigkill_is_replaced_within_the_lease_time(database
     takeover_s = took_over_at - killed_at
     print(f"SIGKILL of the leader -> first cluster job of its successor: {takeover_s:.2f} s (lease {TTL_S} s)")
     assert takeover_s <= TTL_S + 0.2  # the lease time, plus one job interval of this test's nodes
-    # Exactly one leader at a time: the killed one's runs, then only its successor's until the test stopped them.
+    # One leader at a time: the killed one's runs, then its successor's; a node that handed the lease on never
+    # runs again. (On a starved machine the successor may miss a renewal and hand over once more, correctly.)
     leaders = [pid for _, pid in sorted(runs)]
-    first_other = next(i for i, pid in enumerate(leaders) if pid != leader)
-    assert set(leaders[:first_other]) == {leader} and set(leaders[first_other:]) == {successor}
+    turns = [pid for i, pid in enumerate(leaders) if i == 0 or pid != leaders[i - 1]]
+    assert turns[:2] == [leader, successor] and len(turns) == len(set(turns)), turns
     assert all(at <= killed_at for at, pid in runs if pid == leader)
     # Every message delivered exactly once across the hand-over.
     assert sorted(body["groupKey"] for body in chat.received) == sorted(f'{{alertname="a{n}"}}' for n in range(10))
