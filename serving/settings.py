@@ -16,7 +16,7 @@ class RuntimeSettings:
     # 0 means auto: on the CPU, the cores shared out among the batch instances (see parallelism()).
     intra_op_threads: int = 0
     inter_op_threads: int = 1
-    # Spinning threads burn the cores the HTTP threads need between batches.
+    # Spinning threads burn the cores the event loop and the other executors need between batches.
     allow_spinning: bool = False
     graph_optimization: str = "all"  # disable | basic | extended | all
     enable_cpu_mem_arena: bool = True
