@@ -43,8 +43,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, answering 431 to a request whose head grows past MAX_HEAD_BYTES.
 
     NOTE: httptools gathers a header's name and value before any callback sees them, so the bound is
-    counted on the bytes that arrive while a head is incomplete; the head is refused before it holds
-    more than the bound plus one read. The connection then discards what still arrives for
+    counted on the reads that end with the head still incomplete; a head that arrives whole in one
+    read (uvloop reads up to 256 KiB) is not counted. What it bounds is memory: a connection holds at
+    most MAX_HEAD_BYTES plus one read of head, where uvicorn alone holds whatever a client sends. The connection then discards what still arrives for
     `LINGER_S` and closes: closed at once, the client's next bytes would draw a reset that can
     destroy the 431 before the client reads it.
     """
@@ -76,14 +77,25 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if in_head and heads_done == self._heads_done:
             self._head_bytes += len(data)  # all of it was head
         if self._head_bytes > MAX_HEAD_BYTES:
-            self.transport.write(
-                b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
-                b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(_TOO_LARGE), _TOO_LARGE)
-            )
             self._refused = True
-            if self.transport.can_write_eof():
-                self.transport.write_eof()
-            self.loop.call_later(LINGER_S, self.transport.close)
+            # NOTE: HTTP answers in order: a pipelined head refused while an earlier request is still being
+            # answered gets its 431 after that answer (on_response_complete), never in its place.
+            if self.cycle is None or self.cycle.response_complete:
+                self._refuse()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._refused and self.cycle.response_complete and not self.transport.is_closing():
+            self._refuse()
+
+    def _refuse(self) -> None:
+        self.transport.write(
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(_TOO_LARGE), _TOO_LARGE)
+        )
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(LINGER_S, self.transport.close)
 
 
 class DrainingServer(Server):
