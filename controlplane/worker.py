@@ -36,6 +36,7 @@ from uvicorn_worker import UvicornWorker
 # NOTE: nginx allows 4 x 8 KiB of headers, Node 16 KiB; gunicorn 100 fields of 8 KiB each.
 MAX_HEAD_BYTES = 64 * 1024
 LINGER_S = 2.0
+HOOK_TIME_S = 2  # of gunicorn's graceful timeout, kept for the worker_exit hook
 _TOO_LARGE = b"request line and headers are over the limit of %d bytes" % MAX_HEAD_BYTES
 
 
@@ -122,7 +123,9 @@ class FlightdeckWorker(UvicornWorker):
         self.CONFIG_KWARGS = {**self.CONFIG_KWARGS, "proxy_headers": bool(os.environ.get("FORWARDED_ALLOW_IPS"))}
         super().__init__(*args, **kwargs)
         self.config.limit_concurrency = self.cfg.worker_connections
-        self.config.timeout_graceful_shutdown = self.cfg.graceful_timeout
+        # NOTE: the master kills a worker at graceful_timeout; stop waiting for requests a little earlier, so
+        # the worker_exit hook still hands the scheduler lease on and writes the last history row.
+        self.config.timeout_graceful_shutdown = max(1, self.cfg.graceful_timeout - HOOK_TIME_S)
         # NOTE: uvicorn's per-worker start and stop lines repeat what the hooks in gunicorn.conf.py say.
         logging.getLogger("uvicorn.error").setLevel(max(logging.WARNING, self.log.error_log.level))
 
