@@ -94,7 +94,7 @@ def server() -> Iterator[CountingServer]:
 def test_counts_match_what_the_server_answered(server: CountingServer) -> None:
     """Every answer, 429 and dropped connection of the run is counted once; the window is inside the run."""
     port = server.server_address[1]
-    seconds = 0.5
+    seconds = 1.0
 
     def probe() -> dict[str, Any]:
         return {"t": time.perf_counter(), "answered": server.snapshot()}
@@ -106,8 +106,9 @@ def test_counts_match_what_the_server_answered(server: CountingServer) -> None:
     assert all(r.statuses[s] <= r.total[s] for s in r.total)
     assert all(0 < lat < 5 for lat in r.latencies)
     # The window is the one the child measured, and the parent probed at its edges.
-    assert seconds - 0.01 <= r.seconds <= seconds + 0.1
-    assert abs(r.delta("t") - seconds) < 0.25
+    # NOTE: bounds that hold on a starved 2-core machine too: a timer or a probe may run late, never early.
+    assert seconds - 0.01 <= r.seconds <= seconds + 0.5
+    assert abs(r.delta("t") - seconds) < 0.5
     in_window = r.after["answered"] - r.before["answered"]
     assert sum(in_window.values()) > 0.5 * sum(r.statuses.values())
 
