@@ -126,6 +126,9 @@ class FlightdeckWorker(UvicornWorker):
         # NOTE: the master kills a worker at graceful_timeout; stop waiting for requests a little earlier, so
         # the worker_exit hook still hands the scheduler lease on and writes the last history row.
         self.config.timeout_graceful_shutdown = max(1, self.cfg.graceful_timeout - HOOK_TIME_S)
+        # NOTE: the heartbeat (a tmpfs write) and the master check every second rather than every timeout/2.
+        self.config.timeout_notify = min(self.timeout, 1.0)
+        self._server: DrainingServer | None = None
         # NOTE: uvicorn's per-worker start and stop lines repeat what the hooks in gunicorn.conf.py say.
         logging.getLogger("uvicorn.error").setLevel(max(logging.WARNING, self.log.error_log.level))
 
@@ -140,7 +143,7 @@ class FlightdeckWorker(UvicornWorker):
     async def _serve(self) -> None:
         # As UvicornWorker._serve, with the draining server.
         self.config.app = self.wsgi
-        server = DrainingServer(config=self.config)
+        self._server = server = DrainingServer(config=self.config)
         # NOTE: not UvicornWorker's SIGQUIT handler: it only clears gunicorn's `alive`, which uvicorn never
         # reads, so the master's SIGQUIT (how it passes on a Ctrl-C) waited out the grace period and the
         # worker was killed undrained.
@@ -148,6 +151,18 @@ class FlightdeckWorker(UvicornWorker):
         await server.serve(sockets=self.sockets)
         if not server.started:
             sys.exit(Arbiter.WORKER_BOOT_ERROR)
+
+    async def callback_notify(self) -> None:
+        """Heartbeat to the master; and stop, draining, when the master is gone (killed: nobody supervises us).
+
+        NOTE: gunicorn's own workers check this on every loop turn; UvicornWorker never does, so a worker
+        whose master was SIGKILLed served on, unsupervised, until killed by hand.
+        """
+        server = self._server
+        if self.ppid != os.getppid() and server is not None and not server.should_exit:
+            self.log.warning("worker %s: the master (pid %s) is gone; stopping", self.pid, self.ppid)
+            server.handle_exit(signal.SIGTERM, None)
+        self.notify()
 
 
 def _exit_now(sig: int, frame: FrameType | None) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import signal
 import socket
@@ -249,3 +251,40 @@ def test_ctrl_c_on_the_master_drains_every_worker_promptly(home: Path) -> None:
     assert server.stop(signal.SIGINT, timeout=30) == 0
     assert time.monotonic() - started < 30
     assert server.output().count("all requests finished") == 2, server.output()[-3000:]
+
+
+def children_of(pid: int) -> set[int]:
+    found = set()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.add(int(proc.name))
+            except (OSError, ValueError, IndexError):
+                pass
+    return found
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` exists and is not a zombie (an exited orphan waits for PID 1 to reap it)."""
+    try:
+        return (Path(f"/proc/{pid}") / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_workers_whose_master_was_killed_drain_and_exit(home: Path) -> None:
+    """Unsupervised workers must not serve on: gthread's checked its parent; uvicorn's worker did not."""
+    server = start_server(home, {"FLIGHTDECK_WORKERS": "2", "FLIGHTDECK_LOAD_MODELS": "mlp"})
+    wait_until(lambda: server.output().count(" ready: ") == 2, 60, "both workers ready")
+    workers = children_of(server.process.pid)
+    assert len(workers) == 2
+    server.stop(signal.SIGKILL)
+    try:
+        wait_until(lambda: not any(running(pid) for pid in workers), 30, "the orphans to exit")
+    finally:
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert server.output().count("the master (pid") == 2
+    assert server.output().count("all requests finished") == 2
