@@ -31,8 +31,6 @@ from serving.engine import Routed
 from serving.errors import PayloadTooLarge, ServingError
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from controlplane.services import Services
 
 log = logging.getLogger(__name__)
@@ -54,7 +52,7 @@ class Front:
     """ASGI app: inference on the event loop, the rest to Flask (see the module's docstring)."""
 
     def __init__(self, flask_app: Flask) -> None:
-        self.services: Services = flask_app.extensions[context.KEY]
+        self.services: Services = context.app_services(flask_app)
         threads = self.services.settings.http_threads
         self.flask = WSGIMiddleware(_input_terminated(flask_app.wsgi_app), workers=threads)
 
@@ -102,9 +100,7 @@ class Front:
             try:
                 call.admit()
                 body = await read_body(receive, header("Content-Length"), services.settings.max_request_bytes)
-                routing = call.decode(body)
-                assert call.decoded is not None
-                answer = call.succeeded(await _run(services, name, call.decoded.tensors, routing))
+                answer = call.succeeded(await _run(services, name, call.decode(body)))
             except ServingError as exc:
                 answer = call.refused(exc)
             except ClientGone:
@@ -122,7 +118,7 @@ class Front:
         await send({"type": "http.response.body", "body": answer.body})
 
 
-async def _run(services: Services, name: str, tensors: dict[str, np.ndarray], routing: dict[str, Any]) -> Routed:
+async def _run(services: Services, name: str, routing: dict[str, Any]) -> Routed:
     """Queue the request in the engine and wait for it without blocking the loop; refuse it at its deadline."""
     loop = asyncio.get_running_loop()
     answered = loop.create_future()
@@ -134,10 +130,10 @@ async def _run(services: Services, name: str, tensors: dict[str, np.ndarray], ro
             pass
 
     engine = services.engine
-    ticket = engine.submit(name, tensors, on_done, **routing)
+    ticket = engine.submit(name, on_done=on_done, **routing)
     # NOTE: the batcher's own clock is time.monotonic, as is the loop's; a request still queued at its
     # deadline is refused then, as a waiting thread would refuse it (Batcher.result).
-    timer = loop.call_later(max(0.0, ticket.deadline - time.monotonic()), ticket.expire)
+    timer = loop.call_later(max(0.0, ticket.pending.deadline - time.monotonic()), ticket.expire)
     try:
         await answered
     finally:

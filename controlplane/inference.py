@@ -108,13 +108,14 @@ class Call:
         self.engine.check_admission(self.name)
 
     def decode(self, body: bytes) -> dict[str, Any]:
-        """Decode the body; return the keyword arguments of `engine.infer` (and `submit`) for it."""
+        """Decode the body; return the keyword arguments of `engine.infer` (and `submit`) after the model's name."""
         decode_started = time.perf_counter_ns()
         self.decoded = decoded = decode_request(body, header_length(self.header(HEADER_LENGTH)))
         self.decode_ns = time.perf_counter_ns() - decode_started
         self.decode_ms = (time.perf_counter() - self.started) * 1000  # the body's reading included
         timeout_us = decoded.timeout_us
         return {
+            "tensors": decoded.tensors,
             "version": self.record["version"],
             "timeout_s": None if timeout_us is None else timeout_us / 1e6,
             "route_key": self.header("X-Route-Key"),
@@ -182,8 +183,7 @@ def serve(
     try:
         call.admit()
         routing = call.decode(read_body(settings.max_request_bytes))
-        assert call.decoded is not None
-        return call.succeeded(engine.infer(name, call.decoded.tensors, **routing))
+        return call.succeeded(engine.infer(name, **routing))
     except ServingError as exc:
         return call.refused(exc)
     finally:

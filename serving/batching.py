@@ -252,10 +252,7 @@ class Batcher:
         try:
             return future.result(timeout=max(0.0, pending.deadline - self._clock()))
         except FutureTimeout:
-            with self._cond:
-                if pending.state is _State.QUEUED:
-                    self._remove(pending)
-                    self._expire(pending)
+            self.expire_if_queued(pending)
         # Either expired just now, or already running: running requests finish.
         return future.result()
 

@@ -109,29 +109,19 @@ class Ticket:
     """One admitted request: where it was routed, its place in the batcher, and its shadow copy, if any."""
 
     loaded: LoadedVersion
-    pending: Pending = None  # type: ignore[assignment]  # set once the batcher admitted it
+    pending: Pending  # its deadline is on the batcher's clock, time.monotonic
     shadow: tuple[LoadedVersion, Pending] | None = None
-
-    @property
-    def deadline(self) -> float:
-        """Return the request's deadline on the batcher's clock (time.monotonic)."""
-        return self.pending.deadline
 
     def expire(self) -> None:
         """At the deadline: refuse the request (DeadlineExceeded) if it has not started running."""
         self.loaded.batcher.expire_if_queued(self.pending)
-
-    def named(self, exc: ServingError) -> ServingError:
-        """Return `exc` naming the version and slot it was routed to, for the request's log line."""
-        exc.version, exc.slot = self.loaded.spec.version, self.loaded.slot
-        return exc
 
     def outcome(self, answer: Callable[[Pending], dict[str, np.ndarray]]) -> Routed:
         """Return the outcome from `answer(pending)` (the batcher's result or answer_of), or raise its error, named."""
         try:
             outputs = answer(self.pending)
         except ServingError as exc:
-            raise self.named(exc) from None
+            raise _named(exc, self.loaded) from None
         return self.routed(outputs)
 
     def routed(self, outputs: dict[str, np.ndarray]) -> Routed:
@@ -141,6 +131,12 @@ class Ticket:
             copy.future.add_done_callback(partial(_compare_shadow, target.shadow, outputs))
         p = self.pending
         return Routed(outputs, self.loaded.spec.version, self.loaded.slot, p.batch_size, p.queue_s, p.compute_s)
+
+
+def _named(exc: ServingError, loaded: LoadedVersion) -> ServingError:
+    """Return `exc` naming the version and slot it was routed to, for the request's log line."""
+    exc.version, exc.slot = loaded.spec.version, loaded.slot
+    return exc
 
 
 @dataclass
@@ -524,7 +520,6 @@ class Engine:
         if self._draining:
             raise Unavailable("the engine is draining and admits no new requests", retry_after=1)
         loaded = self.resolve(name, version, route_key)
-        ticket = Ticket(loaded)
         try:
             batch, seq_len = loaded.spec.check_inputs(tensors, loaded.batcher.max_batch_size)
             known = [t.name for t in loaded.spec.outputs]
@@ -534,11 +529,12 @@ class Engine:
             default = loaded.config.default_timeout_s
             # A client may shorten its deadline, never lengthen it past the server's default.
             timeout = default if timeout_s is None else min(timeout_s, default)
-            ticket.pending = loaded.batcher.submit(
+            pending = loaded.batcher.submit(
                 tensors, batch, seq_len, timeout, caller_runs=on_done is None, on_done=on_done
             )
         except ServingError as exc:
-            raise ticket.named(exc) from None
+            raise _named(exc, loaded) from None
+        ticket = Ticket(loaded, pending)
         if version is None:
             try:
                 ticket.shadow = self._mirror(name, loaded, tensors, batch, seq_len, timeout)
