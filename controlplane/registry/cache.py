@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from controlplane.privatefile import replace_private
 from controlplane.registry.archive import ARCHIVE_FILE, ArchiveLimits, extract_archive
 from controlplane.registry.checks import MANIFEST_FILE, MODEL_FILE
 from controlplane.registry.errors import StorageUnavailable
@@ -149,10 +150,8 @@ class VersionCache:
         (folder / ARCHIVE_FILE).unlink(missing_ok=True)  # the archive lives in the object store, not here
         index = {"archive_sha256": digest, "files": file_index(folder)}
         os.rename(folder, self.entry(digest))
-        fd, tmp = tempfile.mkstemp(prefix=f".{digest}.", suffix=".tmp", dir=self._root)
-        with os.fdopen(fd, "w") as out:
-            json.dump(index, out, indent=1, sort_keys=True)
-        os.replace(tmp, self._index_path(digest))
+        # NOTE: synced and renamed into place: a crash never leaves a partial index that says "whole".
+        replace_private(self._index_path(digest), json.dumps(index, indent=1, sort_keys=True).encode())
 
     def _empty(self, digest: str) -> None:
         self._index_path(digest).unlink(missing_ok=True)
