@@ -128,3 +128,16 @@ def server(home: Path):
     running = start_server(home)
     yield running
     running.stop()
+
+
+@pytest.fixture
+def sessions(tmp_path: Path) -> Iterator:
+    """Sessions over a fresh SQLite file migrated to the newest schema (nothing else in it)."""
+    from controlplane.db import make_engine, session_factory
+    from controlplane.migrate import upgrade
+
+    url = f"sqlite:///{tmp_path / 'flightdeck.db'}"
+    upgrade(url)
+    engine = make_engine(url)
+    yield session_factory(engine)
+    engine.dispose()

@@ -3,24 +3,12 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 
 from controlplane.auth import Role
 from controlplane.auth import tokens as token_service
 from controlplane.auth import users as user_service
-from controlplane.db import make_engine, session_factory
-from controlplane.migrate import upgrade
-
-
-@pytest.fixture
-def sessions(tmp_path: Path):
-    url = f"sqlite:///{tmp_path / 'history.db'}"
-    upgrade(url)
-    engine = make_engine(url)
-    yield session_factory(engine)
-    engine.dispose()
 
 
 def token_for(app, name: str, role: Role) -> dict[str, str]:

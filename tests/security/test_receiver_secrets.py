@@ -15,7 +15,6 @@ from controlplane.alerting.secretbox import KEY_FILE, Keyring, is_sealed, seal_p
 from controlplane.auth import Role
 from controlplane.cli import cli
 from controlplane.config import ConfigError, load_settings
-from controlplane.db import make_engine, session_factory
 from controlplane.models import AuditEvent, OutboxMessage, Receiver
 from controlplane.scheduler import utcnow
 from tests.alerts.notifiers.recorder import deliver_local
@@ -52,17 +51,6 @@ def test_the_database_file_holds_no_webhook_url_or_secret(app, client, home: Pat
     shown = {r["name"]: r for r in client.get("/api/receivers", headers=admin).get_json()["receivers"]}
     assert shown["slack_ops"]["url"] == "https://hooks.slack.com/***" and shown["feishu_ops"]["signed"] is True
     assert shown["hook_ops"]["auth"] == "bearer"
-
-
-@pytest.fixture
-def sessions(tmp_path: Path):
-    from controlplane.migrate import upgrade
-
-    url = f"sqlite:///{tmp_path / 'flightdeck.db'}"
-    upgrade(url)
-    engine = make_engine(url)
-    yield session_factory(engine)
-    engine.dispose()
 
 
 def _queue_one(sessions, receiver: str) -> None:

@@ -79,7 +79,7 @@ def test_two_simulated_days_keep_the_table_and_file_bounded(sessions, tmp_path) 
             apply_retention(s, now, POLICY)
             rows_seen.append(s.scalar(select(func.count()).select_from(SlotSample)))
         if tick % 36 == 35:
-            sizes.append((tmp_path / "history.db").stat().st_size)
+            sizes.append((tmp_path / "flightdeck.db").stat().st_size)  # the `sessions` fixture's file
     # raw: 1 h = 360 rows (+ up to one unrolled minute); minute: 6 h = 360; hour: 24 h = 24.
     assert max(rows_seen) <= 360 + 6 + 360 + 24 + 1
     assert rows_seen[-1] >= 360 + 300  # and it is really keeping the recent history
