@@ -21,10 +21,10 @@ from alerts.rules import Rule
 from alerts.states import AlertState, Severity
 from controlplane.alerting.notify import queue_notifications, record_suppressed
 from controlplane.alerting.observe import observe
+from controlplane.clock import utcnow
 from controlplane.models import AlertEvent, AlertRecord, RunbookRun, SilenceRecord
 from controlplane.runbooks.automatic import Skipped
 from controlplane.runbooks.states import RunState
-from controlplane.scheduler import utcnow
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ from alerts.notifiers.base import Alert, DeliveryResult, Notification, Notifier
 from alerts.notifiers.delivery import deliver
 from alerts.states import Severity
 from controlplane.alerting.secretbox import Keyring, open_config
+from controlplane.clock import utcnow
 from controlplane.metrics import NOTIFICATION_ATTEMPTS, NOTIFICATIONS
 from controlplane.models import OutboxMessage, Receiver
-from controlplane.scheduler import utcnow
 
 log = logging.getLogger(__name__)
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from alerts.catalogue import METRICS
 from alerts.lifecycle import Tracked, evaluate
 from alerts.rules import LIVE_METRICS, REQUEST_METRICS, Condition, Insufficient, Rule, RuleError, load_rules
 from alerts.states import AlertState, Severity
-from controlplane.history.query import METRICS
 
 RULES = Path(__file__).resolve().parents[2] / "alerts" / "rules"
 KNOWN = [*METRICS, *LIVE_METRICS]

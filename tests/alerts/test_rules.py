@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from alerts.catalogue import METRICS
 from alerts.rules import LIVE_METRICS, RuleError, load_rules, parse_duration
 from alerts.states import Severity
-from controlplane.history.query import METRICS
 
 RULES = Path(__file__).resolve().parents[2] / "alerts" / "rules"
 KNOWN = [*METRICS, *LIVE_METRICS]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from alerts.catalogue import METRICS
 from alerts.rules import LIVE_METRICS, RuleError, duration_text, load_rules
 from alerts.slo import (
     SLI,
@@ -21,7 +22,6 @@ from alerts.slo import (
     with_burn_rules,
 )
 from alerts.states import Severity
-from controlplane.history.query import METRICS
 
 RULES = Path(__file__).resolve().parents[2] / "alerts" / "rules"
 RUNBOOKS = ["rollback", "drain_reload", "compact_memory", "set_batching", "shed_load", "diagnostics"]
