@@ -10,6 +10,7 @@ COPY pyproject.toml README.md wsgi.py gunicorn.conf.py ./
 COPY controlplane/ controlplane/
 COPY serving/ serving/
 COPY alerts/ alerts/
+COPY documents/ documents/
 COPY dashboards/ dashboards/
 COPY runbooks/ runbooks/
 COPY migrations/ migrations/
