@@ -196,7 +196,7 @@ Text = Annotated[str, Field(min_length=1)]
 
 def _text_mapping(value: Any) -> dict[str, str]:
     """A mapping of names to text (labels, runbook parameters); a value that is not text is written as text."""
-    if value is None:
+    if not value:  # left empty (`labels:`), as the hand-written checks read it: `value or {}`
         return {}
     if not isinstance(value, dict):
         raise Problem(f"must be a mapping, not {value!r:.100}")
@@ -213,6 +213,13 @@ class _Condition(Declared):
     op: Operator
     threshold: float
     by: list[Grouping] = Field(default_factory=list)
+
+    @field_validator("by", mode="before")
+    @classmethod
+    def _names(cls, value: Any) -> Any:
+        # NOTE: as the hand-written checks read it (`tuple(by)`): a mapping gives its keys, text its letters.
+        return list(value) if isinstance(value, dict | str) else value
+
     min_requests: Annotated[int, Field(ge=0)] = 0
 
     @field_validator("metric")

@@ -177,7 +177,7 @@ class _SLO(Declared):
     objective: float
     period: Duration = timedelta(days=30)
     threshold_ms: Annotated[float, Field(gt=0)] | None = None
-    min_requests: Annotated[int, Field(ge=1)] | None = None  # None: the SLO dataclass's default
+    min_requests: Annotated[int, Field(ge=1)] = SLO.min_requests  # the dataclass's default
     runbook: str = "diagnostics"
     runbook_params: TextMapping = Field(default_factory=dict)
     description: Any = ""
@@ -229,7 +229,6 @@ def parse_slo(data: Any, source: str, runbooks: Iterable[str] | None = None, ind
         checked = _SLO.model_validate(data, context=context)
     except ValidationError as exc:
         raise RuleError(describe(exc, source, item("slo", data, _NAME, index))) from None
-    optional = {} if checked.min_requests is None else {"min_requests": checked.min_requests}
     return SLO(
         name=checked.name,
         model=checked.model,
@@ -239,8 +238,8 @@ def parse_slo(data: Any, source: str, runbooks: Iterable[str] | None = None, ind
         threshold_ms=checked.threshold_ms,
         runbook=checked.runbook,
         runbook_params=checked.runbook_params,
+        min_requests=checked.min_requests,
         description=str(checked.description),
-        **optional,
     )
 
 

@@ -18,7 +18,7 @@ deeper (`Problem("...", at=("shape", 0))`). `describe` turns pydantic's Validati
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
@@ -124,7 +124,9 @@ def describe(exc: ValidationError, source: str, item: str = "", *, dict_word: st
 class Declared(BaseModel):
     """A declared document or part of one: strict types (5 is not "5", true is not 1), unknown fields named."""
 
-    model_config = ConfigDict(strict=True, frozen=True, extra="forbid", populate_by_name=True)
+    # NOTE: python-re, as the hand-written checks matched names: Python's `$` also matches before a final newline.
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid", populate_by_name=True, regex_engine="python-re")
+    unknown_field_hint: ClassVar[str] = ""  # said after the known fields, e.g. where free-form data goes
 
     @model_validator(mode="before")
     @classmethod
@@ -134,5 +136,6 @@ class Declared(BaseModel):
             unknown = sorted(str(key) for key in data if key not in known)
             if unknown:
                 more = f" (nor are {unknown[1:]})" if len(unknown) > 1 else ""
-                raise Problem(f"is not a known field{more}; known: {known}", at=(unknown[0],))
+                hint = f" ({cls.unknown_field_hint})" if cls.unknown_field_hint else ""
+                raise Problem(f"is not a known field{more}; known: {known}{hint}", at=(unknown[0],))
         return data
