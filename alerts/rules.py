@@ -34,7 +34,7 @@ from pydantic import (
 )
 
 from alerts.states import Severity
-from documents.problems import Declared, Problem, describe
+from documents.problems import Declared, Problem, describe, message
 
 # Metrics the evaluator computes besides the history's own (controlplane.history.query.METRICS).
 LIVE_METRICS = {
@@ -345,19 +345,26 @@ def load_rules(folder: Path, metrics: Iterable[str], runbooks: Iterable[str] | N
     """Load and validate every `*.yaml` in `folder`; raise RuleError naming the first problem."""
     metrics = list(metrics)
     rules: list[Rule] = []
+    taken: dict[str, str] = {}
     for path in sorted(folder.glob("*.yaml")):
         try:
             documents = yaml.safe_load(path.read_text())
         except yaml.YAMLError as exc:
-            raise RuleError(f"{path.name}: not valid YAML: {exc}") from None
+            raise RuleError(message(path.name, f"is not valid YAML: {exc}")) from None
         if isinstance(documents, dict) and "slos" in documents and "rules" not in documents:
             continue  # a file of SLOs only: alerts.slo reads it and generates their rules
-        if not isinstance(documents, dict) or not isinstance(documents.get("rules"), list):
-            raise RuleError(f"{path.name}: expected a mapping with a 'rules' list")
+        if not isinstance(documents, dict):
+            raise RuleError(message(path.name, "must be a mapping with a 'rules' list"))
+        if not isinstance(documents.get("rules"), list):
+            raise RuleError(message(path.name, "must be a list of rules", path="rules"))
         for i, data in enumerate(documents["rules"]):
             rules.append(parse_rule(data, path.name, metrics, runbooks, i))
-    names = [r.name for r in rules]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise RuleError(f"rule names must be unique; repeated: {duplicates}")
+            unique(taken, rules[-1].name, path.name, "rule", i)
     return rules
+
+
+def unique(taken: dict[str, str], name: str, source: str, kind: str, index: int) -> None:
+    """Refuse a name that an earlier entry of the folder's files took (`taken`: name -> where); else take it."""
+    if name in taken:
+        raise RuleError(message(source, f"is already taken by {taken[name]}", item=f"{kind} {name!r}", path="name"))
+    taken[name] = f"{source} {kind}s[{index}]"

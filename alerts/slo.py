@@ -34,9 +34,9 @@ from typing import Annotated, Any
 import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from alerts.rules import Automatic, Condition, Duration, Rule, RuleError, TextMapping, duration_text, item
+from alerts.rules import Automatic, Condition, Duration, Rule, RuleError, TextMapping, duration_text, item, unique
 from alerts.states import Severity
-from documents.problems import Declared, Problem, describe
+from documents.problems import Declared, Problem, describe, message
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")  # leaves room for the rule suffix "_burn_3d" within 64
 BURN_METRIC = "slo_burn_rate"
@@ -246,20 +246,19 @@ def parse_slo(data: Any, source: str, runbooks: Iterable[str] | None = None, ind
 def load_slos(folder: Path, runbooks: Iterable[str] | None = None) -> list[SLO]:
     """Load and validate the `slos:` list of every `*.yaml` in `folder` (the rules' folder)."""
     slos: list[SLO] = []
+    taken: dict[str, str] = {}
     for path in sorted(folder.glob("*.yaml")):
         try:
             document = yaml.safe_load(path.read_text())
         except yaml.YAMLError as exc:
-            raise RuleError(f"{path.name}: not valid YAML: {exc}") from None
+            raise RuleError(message(path.name, f"is not valid YAML: {exc}")) from None
         if not isinstance(document, dict) or "slos" not in document:
             continue
         if not isinstance(document["slos"], list):
-            raise RuleError(f"{path.name}: 'slos' must be a list")
-        slos += [parse_slo(data, path.name, runbooks, i) for i, data in enumerate(document["slos"])]
-    names = [s.name for s in slos]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise RuleError(f"SLO names must be unique; repeated: {duplicates}")
+            raise RuleError(message(path.name, "must be a list of SLOs", path="slos"))
+        for i, data in enumerate(document["slos"]):
+            slos.append(parse_slo(data, path.name, runbooks, i))
+            unique(taken, slos[-1].name, path.name, "slo", i)
     return slos
 
 

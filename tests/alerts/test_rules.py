@@ -81,11 +81,15 @@ def test_mistakes_are_refused_with_the_file_rule_and_field(
 
 
 def test_broken_yaml_duplicates_and_automatic_without_runbook(tmp_path: Path) -> None:
-    with pytest.raises(RuleError, match="not valid YAML"):
+    with pytest.raises(RuleError, match="x.yaml: is not valid YAML"):
         load_rules(write(tmp_path, "rules: [\n"), KNOWN, RUNBOOKS)
-    with pytest.raises(RuleError, match="repeated: \\['r'\\]"):
+    with pytest.raises(RuleError, match=r"x.yaml: rule 'r' field 'name': is already taken by x.yaml rules\[0\]"):
         load_rules(write(tmp_path, GOOD + GOOD.replace("rules:\n", "")), KNOWN, RUNBOOKS)
     automatic = GOOD.replace("    runbook: rollback\n", "    automatic: {enabled: true}\n")
     with pytest.raises(RuleError, match="x.yaml: rule 'r' field 'automatic': needs a 'runbook'"):
         load_rules(write(tmp_path, automatic), KNOWN, RUNBOOKS)
+    with pytest.raises(RuleError, match="x.yaml: field 'rules': must be a list of rules"):
+        load_rules(write(tmp_path, "rules: {name: r}\n"), KNOWN, RUNBOOKS)
+    with pytest.raises(RuleError, match="x.yaml: must be a mapping with a 'rules' list"):
+        load_rules(write(tmp_path, "- r\n"), KNOWN, RUNBOOKS)
     assert parse_duration("90s", "x") == timedelta(seconds=90)

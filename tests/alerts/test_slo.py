@@ -159,10 +159,10 @@ def test_a_good_declaration_reads_as_a_fraction_with_defaults() -> None:
 def test_files_of_slos_are_checked_at_load(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text("slos:\n  - {name: x, model: m, sli: availability, objective: 99}\n")
     (tmp_path / "b.yaml").write_text("slos:\n  - {name: x, model: n, sli: availability, objective: 99}\n")
-    with pytest.raises(RuleError, match="SLO names must be unique; repeated: \\['x'\\]"):
+    with pytest.raises(RuleError, match=r"b.yaml: slo 'x' field 'name': is already taken by a.yaml slos\[0\]"):
         load_slos(tmp_path)
     (tmp_path / "b.yaml").write_text("slos: {name: y}\n")
-    with pytest.raises(RuleError, match="b.yaml: 'slos' must be a list"):
+    with pytest.raises(RuleError, match="b.yaml: field 'slos': must be a list"):
         load_slos(tmp_path)
     (tmp_path / "b.yaml").write_text("rules: []\n")
     assert [s.name for s in load_slos(tmp_path)] == ["x"]
