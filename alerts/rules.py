@@ -213,14 +213,13 @@ class _Condition(Declared):
     op: Operator
     threshold: float
     by: list[Grouping] = Field(default_factory=list)
+    min_requests: Annotated[int, Field(ge=0)] = 0
 
     @field_validator("by", mode="before")
     @classmethod
     def _names(cls, value: Any) -> Any:
         # NOTE: as the hand-written checks read it (`tuple(by)`): a mapping gives its keys, text its letters.
         return list(value) if isinstance(value, dict | str) else value
-
-    min_requests: Annotated[int, Field(ge=0)] = 0
 
     @field_validator("metric")
     @classmethod

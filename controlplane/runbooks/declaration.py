@@ -315,7 +315,7 @@ class _Declaration(Declared):
     def _unique(cls, steps: list[_Step]) -> list[_Step]:
         names = [s.name for s in steps]
         if len(set(names)) != len(names):
-            raise Problem(f"step names must be unique; repeated: {sorted({n for n in names if names.count(n) > 1})}")
+            raise Problem(f"must name each step once; repeated: {sorted({n for n in names if names.count(n) > 1})}")
         return steps
 
 

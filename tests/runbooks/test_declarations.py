@@ -154,7 +154,7 @@ def test_a_bad_declaration_in_json_names_the_field() -> None:
         ({**base, "steps": []}, "x.py: field 'steps': must not be empty"),
         (
             {**base, "steps": [{"name": "go", "on_failure": "stop"}] * 2},
-            "x.py: field 'steps': step names must be unique",
+            "x.py: field 'steps': must name each step once; repeated: ['go']",
         ),
         ({**base, "timeout_s": True}, "x.py: field 'timeout_s': must be a whole number"),
         (
