@@ -113,7 +113,8 @@ NOTIFICATION_ATTEMPTS = Counter(
 NOTIFICATIONS = Counter(
     "flightdeck_notifications_total",
     "Alert notification messages by how they ended: sent, failed (given up), superseded (a newer message for "
-    "the same receiver and group replaced it before it went out).",
+    "the same receiver and group replaced it before it went out), withdrawn (its alerts were all silenced or "
+    "inhibited before it went out).",
     ("receiver", "outcome"),
 )
 

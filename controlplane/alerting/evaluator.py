@@ -16,12 +16,13 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from alerts.lifecycle import Matcher, Silence, Tracked, decide, evaluate
+from alerts.lifecycle import Silence, Tracked, decide, evaluate
 from alerts.rules import Rule
 from alerts.states import AlertState, Severity
-from controlplane.alerting.notify import queue_notifications, record_suppressed
+from controlplane.alerting.notify import queue_notifications, record_suppressed, withdraw_muted
 from controlplane.alerting.observe import observe
-from controlplane.models import AlertEvent, AlertRecord, RunbookRun, SilenceRecord
+from controlplane.alerting.silences import active_silences, as_silence
+from controlplane.models import AlertEvent, AlertRecord, RunbookRun
 from controlplane.runbooks.automatic import Skipped
 from controlplane.runbooks.states import RunState
 from controlplane.scheduler import utcnow
@@ -50,15 +51,8 @@ def _tracked(row: AlertRecord) -> Tracked:
     )  # fmt: skip
 
 
-def as_silence(row: SilenceRecord) -> Silence:
-    """Return the lifecycle's view of a stored silence (an expired one ends when it was expired)."""
-    matchers = tuple(Matcher(m["label"], m["value"], bool(m.get("regex"))) for m in row.matchers)
-    return Silence(matchers, row.starts_at, row.ends_at)
-
-
 def _silences(session: Session, now: datetime) -> list[Silence]:
-    rows = session.scalars(select(SilenceRecord).where(SilenceRecord.ends_at > now, SilenceRecord.expired_by.is_(None)))
-    return [as_silence(r) for r in rows]
+    return [as_silence(r) for r in active_silences(session, now)]
 
 
 def alert_payload(alert: Tracked, rule: Rule | None, settings: EvaluatorSettings, status: str) -> dict:
@@ -115,7 +109,7 @@ class AlertEvaluator:
     def run(self) -> dict[str, int]:
         """One evaluation: state changes, notifications queued, suppressions, automatic runs started."""
         now = self._clock()
-        counts = {"changed": 0, "queued": 0, "suppressed": 0, "automatic": 0, "escalated": 0}
+        counts = {"changed": 0, "queued": 0, "withdrawn": 0, "suppressed": 0, "automatic": 0, "escalated": 0}
         with self._sessions() as session, session.begin():
             rows = {r.fingerprint: r for r in session.scalars(select(AlertRecord))}
             counts["escalated"] = self._follow_runbooks(session, rows.values(), now)
@@ -146,6 +140,8 @@ class AlertEvaluator:
                 )
             counts["changed"] = len(outcome.changed)
             counts["suppressed"] = record_suppressed(session, outcome, now)
+            session.flush()  # the states just decided are what the withdrawal's inhibition reads
+            counts["withdrawn"] = withdraw_muted(session, now)
             counts["queued"] = queue_notifications(
                 session, outcome, rows, self._payload, self._settings.repeat_interval, self._settings.console_url, now
             )

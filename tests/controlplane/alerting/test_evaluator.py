@@ -64,7 +64,7 @@ def test_errors_fire_after_for_queue_one_message_and_run_the_runbook_once(sessio
     assert ev.run()["changed"] == 1  # pending
     clock.now = T0 + timedelta(minutes=3, seconds=30)
     counts = ev.run()
-    assert counts == {"changed": 1, "queued": 1, "suppressed": 0, "automatic": 1, "escalated": 0}
+    assert counts == {"changed": 1, "queued": 1, "withdrawn": 0, "suppressed": 0, "automatic": 1, "escalated": 0}
     with sessions() as s:
         alert = s.scalars(select(AlertRecord)).one()
         assert (alert.state, alert.labels["model"], alert.labels["version"]) == ("firing", "textcls", "1")
