@@ -17,7 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from alerts.lifecycle import Silence, Tracked, decide, evaluate
-from alerts.rules import Rule
+from alerts.rules import Insufficient, Rule
 from alerts.states import AlertState, Severity
 from controlplane.alerting.notify import queue_notifications, record_suppressed, withdraw_muted
 from controlplane.alerting.observe import observe
@@ -34,6 +34,8 @@ FINISHED_RUNS = frozenset(
 )
 # Called for a firing alert whose rule may run its runbook by itself; returns a run id or raises.
 RunAutomatic = Callable[[Rule, AlertRecord], str]
+# What a rule sees at `now`: one value (or Insufficient) per label set; `observe.observe` unless a test scripts it.
+Observe = Callable[[Session, Rule, datetime], dict[tuple[tuple[str, str], ...], float | Insufficient]]
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ def alert_payload(alert: Tracked, rule: Rule | None, settings: EvaluatorSettings
     labels = alert.labels
     summary = rule.render(rule.summary, labels, alert.value) if rule else alert.rule
     description = rule.render(rule.description, labels, alert.value) if rule and rule.description else ""
+    annotations = {"summary": summary, **({"description": description} if description else {})}  # no empty one
     runbook = rule.runbook if rule else None
     params = {
         k: v.format_map(defaultdict(lambda: "?", labels)) for k, v in (rule.runbook_params if rule else {}).items()
@@ -74,7 +77,7 @@ def alert_payload(alert: Tracked, rule: Rule | None, settings: EvaluatorSettings
         "severity": alert.severity.value,
         "status": status,
         "labels": labels,
-        "annotations": {"summary": summary, "description": description},
+        "annotations": annotations,
         "value": alert.value,
         "value_text": value_text,
         "starts_at": (alert.firing_since or alert.pending_since).isoformat()
@@ -98,8 +101,10 @@ class AlertEvaluator:
         engine_ready: Callable[[], bool],
         run_automatic: RunAutomatic | None = None,
         clock: Callable[[], datetime] = utcnow,
+        observer: Observe | None = None,
     ) -> None:
         self._sessions = sessions
+        self._observer = observer
         self.rules = {r.name: r for r in rules}
         self._settings = settings
         self._engine_ready = engine_ready
@@ -116,9 +121,7 @@ class AlertEvaluator:
             before = {fp: _tracked(r) for fp, r in rows.items()}
             advanced: list[Tracked] = []
             for rule in self.rules.values():
-                observed = observe(
-                    session, rule, now, engine_ready=self._engine_ready, max_queue_size=self._settings.max_queue_size
-                )
+                observed = self._observe(session, rule, now)
                 advanced += evaluate(rule, observed, {fp: t for fp, t in before.items() if t.rule == rule.name}, now)
             outcome = decide(advanced, before, _silences(session, now), now)
             for alert in outcome.tracked.values():
@@ -147,6 +150,13 @@ class AlertEvaluator:
             )
             counts["automatic"] = self._automatic(session, rows, outcome.tracked, now)
         return counts
+
+    def _observe(self, session: Session, rule: Rule, now: datetime):
+        if self._observer is not None:
+            return self._observer(session, rule, now)
+        return observe(
+            session, rule, now, engine_ready=self._engine_ready, max_queue_size=self._settings.max_queue_size
+        )
 
     def _follow_runbooks(self, session: Session, alerts: Iterable[AlertRecord], now: datetime) -> int:
         """Record how automatic runs ended on their alert; a failed one escalates a firing alert to P0."""
