@@ -100,6 +100,10 @@ class Condition:
     threshold: float
     by: tuple[str, ...]
     min_requests: int = 0  # fewest requests in the window to judge by (REQUEST_METRICS only); 0: no minimum
+    # Fewest MiB the process must hold (its reserved memory, averaged over the window) before its
+    # fragmentation is judged (`fragmentation` only): a small process's share of idle memory is its fixed
+    # overhead and its warm-up arena, wasting nothing worth a compaction.
+    min_reserved_mib: int = 0
 
     def holds(self, value: float) -> bool:
         """Compare a value with the threshold."""
@@ -203,7 +207,9 @@ def _rule(data: Any, where: str, metrics: Iterable[str], runbooks: Iterable[str]
     by = tuple(cond.get("by", ()))
     if any(b not in GROUPINGS for b in by):
         raise RuleError(f"{where}: 'by' may only name {GROUPINGS}")
-    extra = sorted(set(cond) - {"metric", "aggregation", "window", "op", "threshold", "by", "min_requests"})
+    extra = sorted(
+        set(cond) - {"metric", "aggregation", "window", "op", "threshold", "by", "min_requests", "min_reserved_mib"}
+    )
     if extra:
         raise RuleError(f"{where}: unknown condition field(s) {extra}")
     min_requests = cond.get("min_requests", 0)
@@ -211,6 +217,11 @@ def _rule(data: Any, where: str, metrics: Iterable[str], runbooks: Iterable[str]
         raise RuleError(f"{where}: 'min_requests' must be a whole number of requests, 0 or more")
     if min_requests and metric not in REQUEST_METRICS:
         raise RuleError(f"{where}: 'min_requests' applies only to metrics over requests: {sorted(REQUEST_METRICS)}")
+    min_reserved = cond.get("min_reserved_mib", 0)
+    if isinstance(min_reserved, bool) or not isinstance(min_reserved, int) or min_reserved < 0:
+        raise RuleError(f"{where}: 'min_reserved_mib' must be a whole number of MiB, 0 or more")
+    if min_reserved and metric != "fragmentation":
+        raise RuleError(f"{where}: 'min_reserved_mib' applies only to 'fragmentation'")
     runbook = data.get("runbook")
     if runbook is not None and runbooks is not None and runbook not in set(runbooks):
         raise RuleError(f"{where}: runbook {runbook!r} is not a registered runbook")
@@ -239,6 +250,7 @@ def _rule(data: Any, where: str, metrics: Iterable[str], runbooks: Iterable[str]
             threshold=float(threshold),
             by=by,
             min_requests=min_requests,
+            min_reserved_mib=min_reserved,
         ),
         for_=parse_duration(data.get("for", "0s"), f"{where} for"),
         summary=summary,

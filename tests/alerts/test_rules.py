@@ -6,6 +6,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 
 from alerts.rules import LIVE_METRICS, RuleError, load_rules, parse_duration
 from alerts.states import Severity
@@ -81,3 +82,20 @@ def test_broken_yaml_duplicates_and_automatic_without_runbook(tmp_path: Path) ->
     with pytest.raises(RuleError, match="'automatic' needs a 'runbook'"):
         load_rules(write(tmp_path, automatic), KNOWN, RUNBOOKS)
     assert parse_duration("90s", "x") == timedelta(seconds=90)
+
+
+def test_min_reserved_mib_is_for_fragmentation_only(tmp_path: Path) -> None:
+    rule = {"name": "x", "severity": "P2", "why": "w", "summary": "s", "for": "0s"}
+    frag = {"metric": "fragmentation", "aggregation": "avg", "window": "5m", "op": ">", "threshold": 0.6}
+    (tmp_path / "r.yaml").write_text(
+        yaml.safe_dump({"rules": [rule | {"condition": frag | {"min_reserved_mib": 512}}]})
+    )
+    (loaded,) = load_rules(tmp_path, METRICS)
+    assert loaded.condition.min_reserved_mib == 512
+    for condition, message in (
+        (frag | {"min_reserved_mib": -1}, "'min_reserved_mib' must be a whole number of MiB"),
+        (frag | {"metric": "rss", "min_reserved_mib": 5}, "'min_reserved_mib' applies only to 'fragmentation'"),
+    ):
+        (tmp_path / "r.yaml").write_text(yaml.safe_dump({"rules": [rule | {"condition": condition}]}))
+        with pytest.raises(RuleError, match=message):
+            load_rules(tmp_path, METRICS)
