@@ -42,7 +42,7 @@ REQUEST_METRICS = frozenset(
 )
 AGGREGATIONS = ("avg", "max", "min", "sum", "last")
 OPERATORS = (">", ">=", "<", "<=", "==", "!=")
-GROUPINGS = ("model", "version", "slot", "device")
+GROUPINGS = ("model", "version", "slot", "device", "reason")  # reason: a client error's kind (client_error_rate)
 _DURATION = re.compile(r"^(\d+)(s|m|h|d)$")
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
@@ -207,6 +207,8 @@ def _rule(data: Any, where: str, metrics: Iterable[str], runbooks: Iterable[str]
     by = tuple(cond.get("by", ()))
     if any(b not in GROUPINGS for b in by):
         raise RuleError(f"{where}: 'by' may only name {GROUPINGS}")
+    if "reason" in by and (metric != "client_error_rate" or aggregation != "avg"):
+        raise RuleError(f"{where}: 'by: reason' applies only to client_error_rate with aggregation avg")
     extra = sorted(
         set(cond) - {"metric", "aggregation", "window", "op", "threshold", "by", "min_requests", "min_reserved_mib"}
     )

@@ -51,7 +51,14 @@ def _slot_metric(session: Session, rule: Rule, now: datetime) -> dict[Key, float
         for row in rows:
             merged[_key({"model": row.model, "version": row.version, "slot": row.slot}, c.by)].add(row)
         seconds = c.window.total_seconds()
-        judged = {k: _judged(rule, agg.value(c.metric, seconds), agg.requests) for k, agg in merged.items()}
+        if "reason" in c.by:  # client errors of each kind over all the requests of the label set
+            judged = {
+                _key({**dict(k), "reason": kind}, c.by): _judged(rule, agg.client_error_share(kind), agg.requests)
+                for k, agg in merged.items()
+                for kind in sorted(agg.client_error_kinds)
+            }
+        else:
+            judged = {k: _judged(rule, agg.value(c.metric, seconds), agg.requests) for k, agg in merged.items()}
         return {k: v for k, v in judged.items() if v is not None}
     points: dict[Key, dict[datetime, SlotAggregate]] = defaultdict(lambda: defaultdict(SlotAggregate))
     for row in rows:

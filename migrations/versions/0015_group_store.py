@@ -1,4 +1,4 @@
-"""Aggregation groups as Alertmanager keeps them: the alerts a group holds, its log's resolved set.
+"""Aggregation groups as Alertmanager keeps them (the alerts a group holds, its log's resolved set); client errors by kind.
 
 Revision ID: 0015
 Revises: 0014
@@ -21,9 +21,13 @@ def upgrade() -> None:
         batch.add_column(sa.Column("held", sa.JSON(), nullable=False, server_default=sa.text("'[]'")))
         batch.add_column(sa.Column("resolved", sa.JSON(), nullable=False, server_default=sa.text("'[]'")))
         batch.add_column(sa.Column("flushed", sa.Boolean(), nullable=False, server_default=sa.false()))
+    with op.batch_alter_table("slot_samples") as batch:
+        batch.add_column(sa.Column("client_error_kinds", sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("slot_samples") as batch:
+        batch.drop_column("client_error_kinds")
     with op.batch_alter_table("notification_groups") as batch:
         batch.drop_column("flushed")
         batch.drop_column("resolved")
