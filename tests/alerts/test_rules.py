@@ -99,3 +99,15 @@ def test_min_reserved_mib_is_for_fragmentation_only(tmp_path: Path) -> None:
         (tmp_path / "r.yaml").write_text(yaml.safe_dump({"rules": [rule | {"condition": condition}]}))
         with pytest.raises(RuleError, match=message):
             load_rules(tmp_path, METRICS)
+
+
+def test_by_reason_is_for_the_client_error_rate_only(tmp_path: Path) -> None:
+    rule = {"name": "x", "severity": "P2", "why": "w", "summary": "s", "for": "0s"}
+    for condition in (
+        {"metric": "error_rate", "window": "5m", "op": ">", "threshold": 0.1, "by": ["model", "reason"]},
+        {"metric": "client_error_rate", "aggregation": "max", "window": "5m", "op": ">", "threshold": 0.1,
+         "by": ["reason"]},
+    ):  # fmt: skip
+        (tmp_path / "r.yaml").write_text(yaml.safe_dump({"rules": [rule | {"condition": condition}]}))
+        with pytest.raises(RuleError, match="'by: reason' applies only to client_error_rate with aggregation avg"):
+            load_rules(tmp_path, METRICS)
