@@ -31,11 +31,11 @@ test: install
 	$(PY) -m pytest
 
 bench: install
-	$(PY) -m serving.bench
-	$(PY) -m serving.bench_peers --workloads mlp,textcls32,textcls128  # MLServer from .venv-mlserver/, made on first use
-	$(PY) -m serving.bench_public
-	$(PY) -m controlplane.history.overhead
-	$(PY) -m controlplane.rollout.bench
+	$(PY) -m bench.engine
+	$(PY) -m bench.peers --workloads mlp,textcls32,textcls128  # MLServer from .venv-mlserver/, made on first use
+	$(PY) -m bench.public
+	$(PY) -m bench.history_overhead
+	$(PY) -m bench.rollout
 
 lint: install
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .

@@ -20,11 +20,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
+from pydantic import (
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from alerts.states import Severity
+from serving.declared import Declared, Problem, describe, message
 
 # Metrics the evaluator computes besides the history's own (controlplane.history.query.METRICS).
 LIVE_METRICS = {
@@ -40,9 +50,12 @@ LIVE_METRICS = {
 REQUEST_METRICS = frozenset(
     {"error_rate", "client_error_rate", "timeout_rate", "rejection_rate", "p50", "p90", "p99", "p999", "latency_mean"}
 )
-AGGREGATIONS = ("avg", "max", "min", "sum", "last")
-OPERATORS = (">", ">=", "<", "<=", "==", "!=")
-GROUPINGS = ("model", "version", "slot", "device", "reason")  # reason: a client error's kind (client_error_rate)
+Aggregation = Literal["avg", "max", "min", "sum", "last"]
+Operator = Literal[">", ">=", "<", "<=", "==", "!="]
+Grouping = Literal["model", "version", "slot", "device", "reason"]  # reason: a client error's kind
+AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
+OPERATORS: tuple[str, ...] = get_args(Operator)
+GROUPINGS: tuple[str, ...] = get_args(Grouping)
 _DURATION = re.compile(r"^(\d+)(s|m|h|d)$")
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
@@ -169,99 +182,177 @@ class Rule:
         return f"no data in the last {duration_text(self.condition.window)}: no traffic, or nothing sampled"
 
 
-def _rule(data: Any, where: str, metrics: Iterable[str], runbooks: Iterable[str] | None) -> Rule:
-    if not isinstance(data, dict):
-        raise RuleError(f"{where}: each rule must be a mapping")
-    allowed = {"name", "severity", "why", "condition", "for", "labels", "summary", "description", "runbook",
-               "runbook_params", "automatic"}  # fmt: skip
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise RuleError(f"{where}: unknown field(s) {unknown}")
-    name = data.get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise RuleError(f"{where}: 'name' must match {_NAME.pattern}")
-    where = f"{where} rule {name}"
+# --- the rule file's schema ---------------------------------------------------------------------------
+# Validated by the pydantic models below (serving.declared: strict types, unknown fields named), then
+# turned into the frozen dataclasses above; what the evaluator reads never sees a raw mapping.
+
+
+def _duration(value: Any) -> timedelta:
+    if not isinstance(value, str) or not _DURATION.match(value):
+        raise Problem(f"must be a duration like 30s, 5m, 2h or 1d, not {value!r}")
+    return parse_duration(value, "")
+
+
+Duration = Annotated[timedelta, BeforeValidator(_duration)]
+Name = Annotated[str, Field(pattern=_NAME.pattern)]
+Text = Annotated[str, Field(min_length=1)]
+
+
+def _text_mapping(value: Any) -> dict[str, str]:
+    """A mapping of names to text (labels, runbook parameters); a value that is not text is written as text."""
+    if not value:  # left empty (`labels:`), as the hand-written checks read it: `value or {}`
+        return {}
+    if not isinstance(value, dict):
+        raise Problem(f"must be a mapping, not {value!r:.100}")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+TextMapping = Annotated[dict[str, str], BeforeValidator(_text_mapping)]
+
+
+class _Condition(Declared):
+    metric: str
+    aggregation: Aggregation = "avg"
+    window: Duration = timedelta(minutes=5)
+    op: Operator
+    threshold: float
+    by: list[Grouping] = Field(default_factory=list)
+    min_requests: Annotated[int, Field(ge=0)] = 0
+    min_reserved_mib: Annotated[int, Field(ge=0)] = 0
+
+    @field_validator("by", mode="before")
+    @classmethod
+    def _names(cls, value: Any) -> Any:
+        # NOTE: as the hand-written checks read it (`tuple(by)`): a mapping gives its keys, text its letters.
+        return list(value) if isinstance(value, dict | str) else value
+
+    @field_validator("metric")
+    @classmethod
+    def _known_metric(cls, metric: str, info: ValidationInfo) -> str:
+        known = sorted(info.context["metrics"])
+        if metric not in known:
+            raise Problem(f"unknown metric {metric!r}; known: {known}")
+        return metric
+
+    @model_validator(mode="after")
+    def _requests_only(self) -> _Condition:
+        if self.min_requests and self.metric not in REQUEST_METRICS:
+            raise Problem(f"applies only to metrics over requests: {sorted(REQUEST_METRICS)}", at=("min_requests",))
+        if self.min_reserved_mib and self.metric != "fragmentation":
+            raise Problem("applies only to 'fragmentation'", at=("min_reserved_mib",))
+        if "reason" in self.by and (self.metric != "client_error_rate" or self.aggregation != "avg"):
+            raise Problem("'reason' applies only to client_error_rate with aggregation avg", at=("by",))
+        return self
+
+
+class _Automatic(Declared):
+    # NOTE: as the hand-written checks it replaces: unknown keys ignored, `enabled` read as true or false
+    # the way Python does, `max_attempts` as int() reads it. Tightening these would refuse files that load.
+    model_config = ConfigDict(extra="ignore", strict=False)
+
+    enabled: Any = False
+    cooldown: Duration = timedelta(minutes=15)
+    max_attempts: Any = 1
+
+    @field_validator("max_attempts")
+    @classmethod
+    def _whole(cls, value: Any) -> int:
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise Problem(f"must be a whole number, not {value!r:.100}") from None
+
+
+class _Rule(Declared):
+    name: Name
+    severity: Severity
+    why: str
+    condition: _Condition
+    for_: Duration = Field(timedelta(0), alias="for")
+    labels: TextMapping = Field(default_factory=dict)
+    summary: Text
+    description: Any = ""
+    runbook: str | None = None
+    runbook_params: TextMapping = Field(default_factory=dict)
+    automatic: Annotated[_Automatic | None, BeforeValidator(lambda value: value or None)] = None
+
+    @field_validator("severity", mode="before")
+    @classmethod
+    def _severity(cls, value: Any) -> Severity:
+        try:
+            return Severity(value)
+        except ValueError:
+            raise Problem(f"must be P0, P1 or P2, not {value!r:.100}") from None
+
+    @field_validator("why")
+    @classmethod
+    def _says_why(cls, why: str) -> str:
+        if not why.strip():
+            raise Problem("must say why this severity was chosen")
+        return why.strip()
+
+    @field_validator("runbook")
+    @classmethod
+    def _registered(cls, runbook: str | None, info: ValidationInfo) -> str | None:
+        runbooks = info.context.get("runbooks")
+        if runbook is not None and runbooks is not None and runbook not in set(runbooks):
+            raise Problem(f"runbook {runbook!r} is not a registered runbook")
+        return runbook
+
+    @model_validator(mode="after")
+    def _runnable(self) -> _Rule:
+        if self.automatic is not None and self.automatic.enabled and self.runbook is None:
+            raise Problem("needs a 'runbook' to run", at=("automatic",))
+        return self
+
+    def rule(self, source: str) -> Rule:
+        auto = self.automatic or _Automatic()
+        c = self.condition
+        return Rule(
+            name=self.name,
+            severity=self.severity,
+            why=self.why,
+            condition=Condition(
+                c.metric,
+                c.aggregation,
+                c.window,
+                c.op,
+                float(c.threshold),
+                tuple(c.by),
+                c.min_requests,
+                c.min_reserved_mib,
+            ),
+            for_=self.for_,
+            summary=self.summary,
+            description=str(self.description),
+            labels=self.labels,
+            runbook=self.runbook,
+            runbook_params=self.runbook_params,
+            automatic=Automatic(enabled=bool(auto.enabled), cooldown=auto.cooldown, max_attempts=auto.max_attempts),
+            source=source,
+        )
+
+
+def item(kind: str, data: Any, pattern: re.Pattern[str], index: int | None) -> str:
+    """Name one entry of a file's list: `rule 'high_p99'` by its name when it has one, else `rules[3]`."""
+    name = data.get("name") if isinstance(data, dict) else None
+    if isinstance(name, str) and pattern.match(name):
+        return f"{kind} {name!r}"
+    return f"{kind}s[{index}]" if index is not None else kind
+
+
+def parse_rule(
+    data: Any, source: str, metrics: Iterable[str], runbooks: Iterable[str] | None = None, index: int | None = None
+) -> Rule:
+    """Validate one `rules:` entry of file `source`; raise RuleError naming the file, the rule and the field."""
+    context = {"metrics": list(metrics), "runbooks": None if runbooks is None else list(runbooks)}
     try:
-        severity = Severity(data.get("severity"))
-    except ValueError:
-        raise RuleError(f"{where}: 'severity' must be P0, P1 or P2") from None
-    why = data.get("why")
-    if not isinstance(why, str) or not why.strip():
-        raise RuleError(f"{where}: 'why' must say why this severity was chosen")
-    cond = data.get("condition")
-    if not isinstance(cond, dict):
-        raise RuleError(f"{where}: 'condition' must be a mapping")
-    metric = cond.get("metric")
-    known = sorted(metrics)
-    if metric not in known:
-        raise RuleError(f"{where}: unknown metric {metric!r}; known: {known}")
-    aggregation = cond.get("aggregation", "avg")
-    if aggregation not in AGGREGATIONS:
-        raise RuleError(f"{where}: 'aggregation' must be one of {AGGREGATIONS}")
-    op = cond.get("op")
-    if op not in OPERATORS:
-        raise RuleError(f"{where}: 'op' must be one of {OPERATORS}")
-    threshold = cond.get("threshold")
-    if isinstance(threshold, bool) or not isinstance(threshold, int | float):
-        raise RuleError(f"{where}: 'threshold' must be a number")
-    by = tuple(cond.get("by", ()))
-    if any(b not in GROUPINGS for b in by):
-        raise RuleError(f"{where}: 'by' may only name {GROUPINGS}")
-    if "reason" in by and (metric != "client_error_rate" or aggregation != "avg"):
-        raise RuleError(f"{where}: 'by: reason' applies only to client_error_rate with aggregation avg")
-    extra = sorted(
-        set(cond) - {"metric", "aggregation", "window", "op", "threshold", "by", "min_requests", "min_reserved_mib"}
-    )
-    if extra:
-        raise RuleError(f"{where}: unknown condition field(s) {extra}")
-    min_requests = cond.get("min_requests", 0)
-    if isinstance(min_requests, bool) or not isinstance(min_requests, int) or min_requests < 0:
-        raise RuleError(f"{where}: 'min_requests' must be a whole number of requests, 0 or more")
-    if min_requests and metric not in REQUEST_METRICS:
-        raise RuleError(f"{where}: 'min_requests' applies only to metrics over requests: {sorted(REQUEST_METRICS)}")
-    min_reserved = cond.get("min_reserved_mib", 0)
-    if isinstance(min_reserved, bool) or not isinstance(min_reserved, int) or min_reserved < 0:
-        raise RuleError(f"{where}: 'min_reserved_mib' must be a whole number of MiB, 0 or more")
-    if min_reserved and metric != "fragmentation":
-        raise RuleError(f"{where}: 'min_reserved_mib' applies only to 'fragmentation'")
-    runbook = data.get("runbook")
-    if runbook is not None and runbooks is not None and runbook not in set(runbooks):
-        raise RuleError(f"{where}: runbook {runbook!r} is not a registered runbook")
-    auto = data.get("automatic") or {}
-    if not isinstance(auto, dict):
-        raise RuleError(f"{where}: 'automatic' must be a mapping")
-    automatic = Automatic(
-        enabled=bool(auto.get("enabled", False)),
-        cooldown=parse_duration(auto.get("cooldown", "15m"), f"{where} automatic.cooldown"),
-        max_attempts=int(auto.get("max_attempts", 1)),
-    )
-    if automatic.enabled and runbook is None:
-        raise RuleError(f"{where}: 'automatic' needs a 'runbook' to run")
-    summary = data.get("summary")
-    if not isinstance(summary, str) or not summary:
-        raise RuleError(f"{where}: 'summary' is required")
-    return Rule(
-        name=name,
-        severity=severity,
-        why=why.strip(),
-        condition=Condition(
-            metric=metric,
-            aggregation=aggregation,
-            window=parse_duration(cond.get("window", "5m"), f"{where} condition.window"),
-            op=op,
-            threshold=float(threshold),
-            by=by,
-            min_requests=min_requests,
-            min_reserved_mib=min_reserved,
-        ),
-        for_=parse_duration(data.get("for", "0s"), f"{where} for"),
-        summary=summary,
-        description=str(data.get("description", "")),
-        labels={str(k): str(v) for k, v in (data.get("labels") or {}).items()},
-        runbook=runbook,
-        runbook_params={str(k): str(v) for k, v in (data.get("runbook_params") or {}).items()},
-        automatic=automatic,
-        source=where,
+        checked = _Rule.model_validate(data, context=context)
+    except ValidationError as exc:
+        raise RuleError(describe(exc, source, item("rule", data, _NAME, index))) from None
+    # NOTE: `source` keeps the form `<file>[<index>] rule <name>`: dashboards.prometheus groups by its file.
+    return checked.rule(
+        f"{source}[{index}] rule {checked.name}" if index is not None else f"{source} rule {checked.name}"
     )
 
 
@@ -269,19 +360,26 @@ def load_rules(folder: Path, metrics: Iterable[str], runbooks: Iterable[str] | N
     """Load and validate every `*.yaml` in `folder`; raise RuleError naming the first problem."""
     metrics = list(metrics)
     rules: list[Rule] = []
+    taken: dict[str, str] = {}
     for path in sorted(folder.glob("*.yaml")):
         try:
             documents = yaml.safe_load(path.read_text())
         except yaml.YAMLError as exc:
-            raise RuleError(f"{path.name}: not valid YAML: {exc}") from None
+            raise RuleError(message(path.name, f"is not valid YAML: {exc}")) from None
         if isinstance(documents, dict) and "slos" in documents and "rules" not in documents:
             continue  # a file of SLOs only: alerts.slo reads it and generates their rules
-        if not isinstance(documents, dict) or not isinstance(documents.get("rules"), list):
-            raise RuleError(f"{path.name}: expected a mapping with a 'rules' list")
+        if not isinstance(documents, dict):
+            raise RuleError(message(path.name, "must be a mapping with a 'rules' list"))
+        if not isinstance(documents.get("rules"), list):
+            raise RuleError(message(path.name, "must be a list of rules", path="rules"))
         for i, data in enumerate(documents["rules"]):
-            rules.append(_rule(data, f"{path.name}[{i}]", metrics, runbooks))
-    names = [r.name for r in rules]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise RuleError(f"rule names must be unique; repeated: {duplicates}")
+            rules.append(parse_rule(data, path.name, metrics, runbooks, i))
+            unique(taken, rules[-1].name, path.name, "rule", i)
     return rules
+
+
+def unique(taken: dict[str, str], name: str, source: str, kind: str, index: int) -> None:
+    """Refuse a name that an earlier entry of the folder's files took (`taken`: name -> where); else take it."""
+    if name in taken:
+        raise RuleError(message(source, f"is already taken by {taken[name]}", item=f"{kind} {name!r}", path="name"))
+    taken[name] = f"{source} {kind}s[{index}]"

@@ -30,17 +30,17 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from alerts.rules import Automatic, Condition, Rule, RuleError, duration_text, parse_duration
+from alerts.rules import Automatic, Condition, Duration, Rule, RuleError, TextMapping, duration_text, item, unique
 from alerts.states import Severity
+from serving.declared import Declared, Problem, describe, message
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")  # leaves room for the rule suffix "_burn_3d" within 64
 BURN_METRIC = "slo_burn_rate"
-FIELDS = {"name", "model", "sli", "objective", "period", "threshold_ms", "min_requests", "runbook",
-          "runbook_params", "description"}  # fmt: skip
 
 
 class SLI(StrEnum):
@@ -183,85 +183,95 @@ def _days(value: timedelta) -> str:
     return f"{hours:.0f} hours" if hours < 48 else f"{hours / 24:.1f} days"
 
 
-def _number(value: Any, where: str, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise RuleError(f"{where}: '{name}' must be a number")
-    return float(value)
+class _SLO(Declared):
+    name: Annotated[str, Field(pattern=_NAME.pattern)]
+    model: Annotated[str, Field(min_length=1)]
+    sli: SLI
+    objective: float
+    period: Duration = timedelta(days=30)
+    threshold_ms: Annotated[float, Field(gt=0)] | None = None
+    min_requests: Annotated[int, Field(ge=1)] | None = None  # None: derived per alert (SLO.minimum)
+    runbook: str = "diagnostics"
+    runbook_params: TextMapping = Field(default_factory=dict)
+    description: Any = ""
+
+    @field_validator("sli", mode="before")
+    @classmethod
+    def _sli(cls, value: Any) -> SLI:
+        try:
+            return SLI(value)
+        except ValueError:
+            raise Problem(f"must be one of {[s.value for s in SLI]}, not {value!r:.100}") from None
+
+    @field_validator("objective")
+    @classmethod
+    def _percentage(cls, objective: float) -> float:
+        if not 0 < objective < 100:
+            raise Problem(f"must be a percentage between 0 and 100 (exclusive), e.g. 99.9, not {objective!r}")
+        return objective
+
+    @field_validator("period")
+    @classmethod
+    def _long_enough(cls, period: timedelta) -> timedelta:
+        longest = max(w.long for w in WINDOWS)
+        if period < longest:
+            raise Problem(f"must be at least {duration_text(longest)}, the longest alert window")
+        return period
+
+    @field_validator("runbook")
+    @classmethod
+    def _registered(cls, runbook: str, info: ValidationInfo) -> str:
+        runbooks = (info.context or {}).get("runbooks")
+        if runbooks is not None and runbook not in set(runbooks):
+            raise Problem(f"runbook {runbook!r} is not a registered runbook")
+        return runbook
+
+    @model_validator(mode="after")
+    def _threshold_for_latency(self) -> _SLO:
+        if self.sli is SLI.LATENCY and self.threshold_ms is None:
+            raise Problem("must be a number above 0 for a latency SLO", at=("threshold_ms",))
+        if self.sli is not SLI.LATENCY and self.threshold_ms is not None:
+            raise Problem("applies to latency SLOs only", at=("threshold_ms",))
+        return self
 
 
-def parse_slo(data: Any, where: str, runbooks: Iterable[str] | None = None) -> SLO:
-    """Validate one `slos:` entry; raise RuleError naming the file, the SLO and the field."""
-    if not isinstance(data, dict):
-        raise RuleError(f"{where}: each SLO must be a mapping")
-    unknown = sorted(set(data) - FIELDS)
-    if unknown:
-        raise RuleError(f"{where}: unknown field(s) {unknown}")
-    name = data.get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise RuleError(f"{where}: 'name' must match {_NAME.pattern}")
-    where = f"{where} slo {name}"
-    model = data.get("model")
-    if not isinstance(model, str) or not model:
-        raise RuleError(f"{where}: 'model' must name the model")
+def parse_slo(data: Any, source: str, runbooks: Iterable[str] | None = None, index: int | None = None) -> SLO:
+    """Validate one `slos:` entry of file `source`; raise RuleError naming the file, the SLO and the field."""
+    context = {"runbooks": None if runbooks is None else list(runbooks)}
     try:
-        sli = SLI(data.get("sli"))
-    except ValueError:
-        raise RuleError(f"{where}: 'sli' must be one of {[s.value for s in SLI]}") from None
-    objective = _number(data.get("objective"), where, "objective")
-    if not 0 < objective < 100:
-        raise RuleError(f"{where}: 'objective' is a percentage between 0 and 100 (exclusive), e.g. 99.9")
-    period = parse_duration(data.get("period", "30d"), f"{where} period")
-    longest = max(w.long for w in WINDOWS)
-    if period < longest:
-        raise RuleError(f"{where}: 'period' must be at least {duration_text(longest)}, the longest alert window")
-    threshold = data.get("threshold_ms")
-    if sli is SLI.LATENCY:
-        if _number(threshold, where, "threshold_ms") <= 0:
-            raise RuleError(f"{where}: 'threshold_ms' must be above 0")
-    elif threshold is not None:
-        raise RuleError(f"{where}: 'threshold_ms' applies to latency SLOs only")
-    min_requests = data.get("min_requests")
-    if min_requests is not None and (
-        isinstance(min_requests, bool) or not isinstance(min_requests, int) or min_requests < 1
-    ):
-        raise RuleError(f"{where}: 'min_requests' must be a whole number >= 1")
-    runbook = data.get("runbook", "diagnostics")
-    if runbooks is not None and runbook not in set(runbooks):
-        raise RuleError(f"{where}: runbook {runbook!r} is not a registered runbook")
-    params = data.get("runbook_params") or {}
-    if not isinstance(params, dict):
-        raise RuleError(f"{where}: 'runbook_params' must be a mapping")
+        checked = _SLO.model_validate(data, context=context)
+    except ValidationError as exc:
+        raise RuleError(describe(exc, source, item("slo", data, _NAME, index))) from None
     return SLO(
-        name=name,
-        model=model,
-        sli=sli,
-        objective=objective / 100,
-        period=period,
-        threshold_ms=float(threshold) if sli is SLI.LATENCY else None,
-        min_requests=min_requests,
-        runbook=str(runbook),
-        runbook_params={str(k): str(v) for k, v in params.items()},
-        description=str(data.get("description", "")),
+        name=checked.name,
+        model=checked.model,
+        sli=checked.sli,
+        objective=checked.objective / 100,
+        period=checked.period,
+        threshold_ms=checked.threshold_ms,
+        runbook=checked.runbook,
+        runbook_params=checked.runbook_params,
+        min_requests=checked.min_requests,
+        description=str(checked.description),
     )
 
 
 def load_slos(folder: Path, runbooks: Iterable[str] | None = None) -> list[SLO]:
     """Load and validate the `slos:` list of every `*.yaml` in `folder` (the rules' folder)."""
     slos: list[SLO] = []
+    taken: dict[str, str] = {}
     for path in sorted(folder.glob("*.yaml")):
         try:
             document = yaml.safe_load(path.read_text())
         except yaml.YAMLError as exc:
-            raise RuleError(f"{path.name}: not valid YAML: {exc}") from None
+            raise RuleError(message(path.name, f"is not valid YAML: {exc}")) from None
         if not isinstance(document, dict) or "slos" not in document:
             continue
         if not isinstance(document["slos"], list):
-            raise RuleError(f"{path.name}: 'slos' must be a list")
-        slos += [parse_slo(data, f"{path.name} slos[{i}]", runbooks) for i, data in enumerate(document["slos"])]
-    names = [s.name for s in slos]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise RuleError(f"SLO names must be unique; repeated: {duplicates}")
+            raise RuleError(message(path.name, "must be a list of SLOs", path="slos"))
+        for i, data in enumerate(document["slos"]):
+            slos.append(parse_slo(data, path.name, runbooks, i))
+            unique(taken, slos[-1].name, path.name, "slo", i)
     return slos
 
 

@@ -8,7 +8,16 @@ from typing import Any
 
 from flask import Flask, Response, g
 
-from controlplane import console, context, dashboards_view, db, errors, inference_api, openapi, ops_api, repository_api
+from controlplane import (
+    console,
+    context,
+    dashboards_view,
+    errorhandlers,
+    inference_api,
+    openapi,
+    ops_api,
+    repository_api,
+)
 from controlplane.alerting import api as alerts_api
 from controlplane.auth import api as auth_api
 from controlplane.auth.session_secret import session_secret
@@ -18,7 +27,6 @@ from controlplane.history import api as history_api
 from controlplane.history import slo_api
 from controlplane.logconfig import configure_logging
 from controlplane.registry import api as registry_api
-from controlplane.requestid import request_id_from_headers
 from controlplane.rollout import api as rollout_api
 from controlplane.runbooks import api as runbooks_api
 from controlplane.services import Services, build_services
@@ -37,8 +45,8 @@ def create_app(config: Mapping[str, Any] | None = None, services: Services | Non
     app.config["MAX_CONTENT_LENGTH"] = MAX_API_BODY_BYTES
     app.url_map.converters["int"] = RowIdConverter  # NOTE: before the blueprints: rules bind their converters
     app.extensions[context.KEY] = services or build_services(settings)
-    db.init_app(app)
-    errors.register_handlers(app)
+    context.init_app(app)  # NOTE: first, so the request's scope is open for every other hook
+    errorhandlers.register_handlers(app)
     app.register_blueprint(inference_api.bp)
     app.register_blueprint(repository_api.bp)
     app.register_blueprint(ops_api.bp)
@@ -52,10 +60,6 @@ def create_app(config: Mapping[str, Any] | None = None, services: Services | Non
     app.register_blueprint(alerts_api.bp)
     app.register_blueprint(runbooks_api.bp)
     app.register_blueprint(console.bp)
-
-    @app.before_request
-    def _request_id() -> None:
-        g.request_id = request_id_from_headers()
 
     @app.after_request
     def _echo_request_id(response: Response) -> Response:

@@ -277,12 +277,3 @@ cli.add_command(tokens)
 cli.add_command(audit_command)
 cli.add_command(registry)
 cli.add_command(rollout)
-
-
-@cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.pass_context
-def bench(ctx: click.Context) -> None:
-    """Run the serving benchmark (same flags as `python -m serving.bench`)."""
-    from serving.bench import main
-
-    sys.exit(main(ctx.args))

@@ -6,13 +6,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from flask import Flask, g
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from controlplane.context import current_services
-from controlplane.rollout.changes import announce_desired_changes
+from controlplane.desiredchanges import announce_desired_changes
 
 SQLITE_BUSY_TIMEOUT_MS = 5000
 
@@ -59,25 +57,6 @@ def make_engine(url: str) -> Engine:
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     return create_engine(url, pool_pre_ping=True)
-
-
-def get_db() -> Session:
-    """Return this request's session, opening it on first use."""
-    if "db" not in g:
-        g.db = current_services().sessions()
-    return g.db
-
-
-def close_db(_exc: BaseException | None = None) -> None:
-    """Close this request's session, if one was opened."""
-    db = g.pop("db", None)
-    if db is not None:
-        db.close()
-
-
-def init_app(app: Flask) -> None:
-    """Close the request's session in teardown."""
-    app.teardown_appcontext(close_db)
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:

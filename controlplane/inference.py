@@ -1,9 +1,18 @@
-"""One inference request served, whatever carried it: the Flask view and the WSGI fast path both call `serve`.
+"""One inference request served, whatever carried it: the ASGI front on the event loop, or the Flask view.
 
-The transport hands over the request's header lookup and a body reader; `serve` admits, decodes,
-runs, encodes, counts and logs, and returns an `Answer` (status, body, headers) that the caller
-writes in its own way. A `ServingError` becomes its {"error": "..."} answer here; anything else
-propagates, so each caller answers it as the app's handler for unexpected errors does.
+Two transports answer `POST /v2/models/<name>[/versions/<version>]/infer`, and both go through `Call`:
+- `controlplane.asgi.Front` (the usual path under gunicorn) reads the body on uvicorn's event loop,
+  drives a `Call` itself (`admit`, `decode`, `engine.submit` and `engine.finish` on the loop,
+  `succeeded` or `refused`, `log`) and writes the `Answer` as ASGI messages;
+- the Flask view (`inference_api`), for the requests the front hands to Flask (FLIGHTDECK_INFERENCE_AUTH
+  on, a session cookie, a mount point, a path that is not ASCII) and under Flask's own test client,
+  calls `serve`, which runs the same `Call` in the request's thread with `engine.infer`.
+There is no WSGI fast path any more: a request either reaches the front's loop or Flask's view.
+
+The transport hands over the request's header lookup and a body reader; `Call` admits, decodes,
+encodes, counts and logs, and returns an `Answer` (status, body, headers) that the caller writes in
+its own way. A `ServingError` becomes its {"error": "..."} answer here; anything else propagates, so
+each caller answers it as the app's handler for unexpected errors does.
 """
 
 from __future__ import annotations
@@ -51,8 +60,9 @@ def error_answer(exc: ServingError) -> Answer:
 def read_body(environ: dict[str, Any], limit: int) -> bytes:
     """Read a WSGI request's body, refusing one over `limit` bytes (413) as Flask's request would.
 
-    NOTE: the same Werkzeug calls `request.content_length` and `request.stream` make, so the view and
-    the fast path refuse alike; a chunked body past the limit raises Werkzeug's RequestEntityTooLarge.
+    NOTE: the same Werkzeug calls `request.content_length` and `request.stream` make, so this refuses as
+    Flask's request would; a chunked body past the limit raises Werkzeug's RequestEntityTooLarge. (The
+    ASGI front reads its bodies with `asgi.read_body`, to the same limit.)
     """
     length = get_content_length(environ)
     if length is not None and length > limit:

@@ -16,10 +16,10 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from flask import g, has_request_context
 from pythonjsonlogger.json import JsonFormatter
 
 from controlplane.config import Settings
+from controlplane.requestscope import current_request
 
 REQUEST_LOGGER = "flightdeck.requests"
 # Loggers that follow FLIGHTDECK_LOG_LEVEL; every other logger inherits the root's WARNING.
@@ -37,10 +37,10 @@ class RequestIdFilter(logging.Filter):
     """Stamp records logged while a request is handled with its id (the one echoed in X-Request-ID)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not hasattr(record, "request_id") and has_request_context():
-            request_id = g.get("request_id")
-            if request_id:
-                record.request_id = request_id
+        if not hasattr(record, "request_id"):
+            scope = current_request()
+            if scope is not None:
+                record.request_id = scope.request_id
         return True
 
 

@@ -21,11 +21,11 @@ from pydantic import Field, model_validator
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from controlplane.auth import Role, current_actor, request_audit, require_role
+from controlplane.auth import Role
 from controlplane.auth.audit import refusals_recorded
-from controlplane.context import current_services
+from controlplane.auth.guard import current_actor, request_audit, require_role
+from controlplane.context import current_services, get_db
 from controlplane.contract import Reply, RequestBody, operation
-from controlplane.db import get_db
 from controlplane.errors import ApiError, NotFound
 from controlplane.models import Deployment, ModelVersion, SlotStatus
 from controlplane.registry.plainstore import version_key

@@ -1,16 +1,13 @@
 """Request ids: the caller's `X-Request-ID` when it is sensible, else a new one, cheap to make.
 
-Kept apart from the blueprints so the app factory, the auth guard (which may answer before the
-app's own request-id hook has run) and the event loop's inference path (`asgi`, which reads the
-ASGI scope, not Flask's request) all use it without importing a view module.
+Flask-free, so the web layer's request hook (`context.begin_request`) and the event loop's inference
+path (`asgi`, which reads the ASGI scope, not Flask's request) share it.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-
-from flask import request
 
 MAX_LENGTH = 128
 
@@ -42,8 +39,3 @@ def request_id_from(given: str | None) -> str:
     if given and len(given) <= MAX_LENGTH and given.isprintable():
         return given
     return _request_ids.new()
-
-
-def request_id_from_headers() -> str:
-    """Return the caller's X-Request-ID if sensible, else a new one."""
-    return request_id_from(request.headers.get("X-Request-ID"))

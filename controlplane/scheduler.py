@@ -24,6 +24,7 @@ from sqlalchemy import insert, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from controlplane.clock import utcnow
 from controlplane.models import Lease
 
 log = logging.getLogger(__name__)
@@ -32,10 +33,6 @@ CLOCK_MARGIN_S = 1.0  # how far nodes' clocks may disagree before a lease could 
 TAKEOVER_JOB = "lease-takeover"
 
 Clock = Callable[[], datetime]
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def try_acquire(session: Session, name: str, holder: str, ttl_s: float, now: datetime) -> bool:

@@ -17,6 +17,7 @@ from pathlib import Path
 from sqlalchemy import Engine as DbEngine
 from sqlalchemy.orm import Session, sessionmaker
 
+from alerts.catalogue import METRICS
 from alerts.notifiers.delivery import deliver
 from alerts.rules import LIVE_METRICS, Rule, load_rules
 from alerts.slo import SLO, load_slos, with_burn_rules
@@ -24,9 +25,9 @@ from controlplane import metrics
 from controlplane.alerting.evaluator import AlertEvaluator, EvaluatorSettings
 from controlplane.alerting.outbox import deliver_due
 from controlplane.alerting.secretbox import Keyring
+from controlplane.clock import utcnow
 from controlplane.config import Settings
 from controlplane.db import make_engine, session_factory
-from controlplane.history.query import METRICS
 from controlplane.history.retention import apply_retention
 from controlplane.history.sampler import HistorySampler
 from controlplane.history.service import HistoryService
@@ -38,7 +39,7 @@ from controlplane.rollout.reconciler import Reconciler
 from controlplane.runbooks.automatic import alert_runner
 from controlplane.runbooks.catalog import runbook_directory
 from controlplane.runbooks.runner import RunbookRunner, build_runner
-from controlplane.scheduler import LeaderScheduler, utcnow
+from controlplane.scheduler import LeaderScheduler
 from serving.engine import Engine
 from serving.runtime import check_single_distribution
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import yaml
 
+from alerts.catalogue import METRICS
 from alerts.rules import LIVE_METRICS, Condition, Rule, duration_text, load_rules
 from alerts.slo import load_slos
 from dashboards import prometheus_slo
@@ -384,9 +385,6 @@ def _options(parser: argparse.ArgumentParser) -> None:
 
 
 def _render_file(args: argparse.Namespace) -> str:
-    # The history's metric names; imported here so that importing this module stays free of SQLAlchemy.
-    from controlplane.history.query import METRICS
-
     return render(METRICS, folder=args.rules, external_url=args.external_url, max_queue_size=args.max_queue_size)
 
 

@@ -28,13 +28,13 @@ from controlplane.alerting.schemas import (
     SilenceView,
     TestResult,
 )
-from controlplane.auth import Role, current_actor, request_audit, require_role
-from controlplane.context import current_services
+from controlplane.auth import Role
+from controlplane.auth.guard import current_actor, request_audit, require_role
+from controlplane.clock import utcnow
+from controlplane.context import current_services, get_db
 from controlplane.contract import operation
-from controlplane.db import get_db
 from controlplane.errors import ApiError, NotFound
 from controlplane.models import AlertRecord
-from controlplane.scheduler import utcnow
 from controlplane.timeparse import parse_time
 
 bp = Blueprint("alerts", __name__, url_prefix="/api")

@@ -22,10 +22,10 @@ from alerts.states import AlertState, Severity
 from controlplane.alerting.notify import queue_notifications, record_suppressed, withdraw_muted
 from controlplane.alerting.observe import observe
 from controlplane.alerting.silences import active_silences, as_silence
+from controlplane.clock import utcnow
 from controlplane.models import AlertEvent, AlertRecord, RunbookRun
 from controlplane.runbooks.automatic import Skipped
 from controlplane.runbooks.states import RunState
-from controlplane.scheduler import utcnow
 
 log = logging.getLogger(__name__)
 

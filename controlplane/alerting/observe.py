@@ -10,9 +10,10 @@ from datetime import datetime
 from sqlalchemy import case, func, or_, select
 from sqlalchemy.orm import Session
 
+from alerts.catalogue import DEVICE_METRICS, SLOT_METRICS
 from alerts.rules import Insufficient, Rule
 from alerts.slo import BurnRule
-from controlplane.history.query import DEVICE_METRICS, SLOT_METRICS, SlotAggregate
+from controlplane.history.query import SlotAggregate
 from controlplane.history.slo import burn_observation
 from controlplane.models import AuditEvent, Deployment, DeviceSample, OutboxMessage, SlotSample
 from controlplane.rollout.service import active_rollout

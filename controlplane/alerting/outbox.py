@@ -25,9 +25,9 @@ from alerts.notifiers.delivery import deliver
 from alerts.states import Severity
 from controlplane.alerting.notify import withdraw_muted
 from controlplane.alerting.secretbox import Keyring, open_config
+from controlplane.clock import utcnow
 from controlplane.metrics import NOTIFICATION_ATTEMPTS, NOTIFICATIONS
 from controlplane.models import OutboxMessage, Receiver
-from controlplane.scheduler import utcnow
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from alerts.rules import duration_text
 from alerts.states import AlertState
 from controlplane.alerting.notify import receiver_route
 from controlplane.alerting.secretbox import Keyring, open_config
+from controlplane.clock import utcnow
 from controlplane.models import AlertEvent, AlertRecord, OutboxMessage, Receiver, SilenceRecord
-from controlplane.scheduler import utcnow
 
 
 def _iso(value: datetime | None) -> str | None:

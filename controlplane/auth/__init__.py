@@ -1,24 +1,12 @@
-"""Access control and audit: users and roles, API tokens, sessions, `require_role`, the audit trail.
+"""Access control and audit: users and roles, API tokens, sessions, the audit trail.
 
-Views guard themselves with `require_role(Role.OPERATOR)`; a change and its audit event go in
-one transaction with `record_event` (or the `audited` block); views hand `request_audit` to
-services that take an `Audit` callback, the CLI `audit.audit_as(cli_actor())`. The HTTP side lives in
-`controlplane.auth.api` (blueprint) and the command line in `controlplane.auth.cli`.
+Views guard themselves with `controlplane.auth.guard.require_role(Role.OPERATOR)` (the web layer);
+a change and its audit event go in one transaction with `record_event` (or the `audited` block);
+views hand `guard.request_audit` to services that take an `Audit` callback, the CLI
+`audit.audit_as(cli_actor())`. This package's own names are Flask-free: the domain imports them.
 """
 
 from controlplane.auth.audit import audited, record_event
-from controlplane.auth.guard import current_actor, public, refusals_audited, request_audit, require_role
 from controlplane.auth.roles import SYSTEM_ACTOR, Actor, Role
 
-__all__ = [
-    "SYSTEM_ACTOR",
-    "Actor",
-    "Role",
-    "audited",
-    "current_actor",
-    "public",
-    "record_event",
-    "refusals_audited",
-    "request_audit",
-    "require_role",
-]
+__all__ = ["SYSTEM_ACTOR", "Actor", "Role", "audited", "record_event"]

@@ -49,10 +49,10 @@ from controlplane.auth.schemas import (
     Whoami,
 )
 from controlplane.auth.throttle import THROTTLE, LoginThrottle, current_throttle
-from controlplane.context import app_services, current_services
+from controlplane.context import app_services, current_services, get_db
 from controlplane.contract import operation, parse_body
-from controlplane.db import get_db
-from controlplane.errors import NotFound, error_response
+from controlplane.errorhandlers import error_response
+from controlplane.errors import NotFound
 from controlplane.models import ApiToken, User
 
 bp = Blueprint("auth", __name__, url_prefix="/api")

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from flask import g, has_request_context, request
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -22,6 +21,7 @@ from controlplane.auth.errors import AuthError
 from controlplane.auth.roles import Actor
 from controlplane.errors import ApiError
 from controlplane.models import AuditEvent
+from controlplane.requestscope import current_request
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +52,12 @@ def record_event(
     """Add an audit event to `session` without committing; address and request id come from the request, if any.
 
     Example: `record_event(db, current_actor(), "deploy.start", "textcls/2", "ok", {"weights": [90, 10]})`.
-    The address is request.remote_addr only: no forwarding header is trusted.
+    The address is the connection's peer only (`requestscope`): no forwarding header is trusted.
     """
     body = _scrub(dict(detail or {}))
     if actor is not None and actor.token_id is not None:
         body.setdefault("token_id", actor.token_id)
-    in_request = has_request_context()
+    scope = current_request()
     event = AuditEvent(
         ts=now or datetime.now(UTC),
         actor=(actor.name if actor else ANONYMOUS)[:128],
@@ -66,8 +66,8 @@ def record_event(
         target=target[:256],
         outcome=outcome,
         detail=body,
-        address=request.remote_addr if in_request else None,
-        request_id=g.get("request_id") if in_request else None,
+        address=scope.address if scope else None,
+        request_id=scope.request_id if scope else None,
     )
     session.add(event)
     return event

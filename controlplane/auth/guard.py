@@ -24,11 +24,9 @@ from controlplane.auth import login_sessions, tokens
 from controlplane.auth.audit import record_event, refusals_recorded
 from controlplane.auth.errors import AuthError, Forbidden, Unauthorized
 from controlplane.auth.roles import Actor, Role
-from controlplane.context import current_services
-from controlplane.db import get_db
-from controlplane.errors import error_response
+from controlplane.context import current_services, get_db
+from controlplane.errorhandlers import error_response
 from controlplane.models import User
-from controlplane.requestid import request_id_from_headers
 
 log = logging.getLogger(__name__)
 
@@ -198,8 +196,6 @@ def check_access(role: Role) -> Actor:
 
 def refusal(exc: AuthError, needed: Role | None = None, action: str | None = None) -> Response:
     """Answer a refused request in the management envelope; a refused mutation leaves a 'denied' audit event."""
-    if "request_id" not in g:  # the auth hook may run before the app's own request-id hook
-        g.request_id = request_id_from_headers()
     if request.method in MUTATING:
         detail: dict[str, Any] = {"method": request.method, "error": exc.message}
         if needed is not None:

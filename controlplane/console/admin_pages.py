@@ -12,8 +12,7 @@ from controlplane.auth import login_sessions, tokens, users
 from controlplane.auth.audit import MAX_LIMIT, event_to_dict, list_events
 from controlplane.auth.roles import Role
 from controlplane.console.base import actor, bp, can, login_required, page
-from controlplane.context import current_services
-from controlplane.db import get_db
+from controlplane.context import current_services, get_db
 
 AUDIT_SHOWN = 200
 OUTCOMES = ("ok", "denied", "error")

@@ -14,8 +14,7 @@ from alerts.rules import Rule
 from controlplane.alerting.evaluator import as_silence
 from controlplane.alerting.readmodel import alert_json, alert_timeline, list_silences, silence_json
 from controlplane.console.base import bp, login_required, page
-from controlplane.context import current_services
-from controlplane.db import get_db
+from controlplane.context import current_services, get_db
 from controlplane.errors import NotFound
 from controlplane.models import AlertRecord, OutboxMessage, SilenceRecord
 

@@ -24,8 +24,7 @@ from controlplane.console.model_status import (
     model_versions,
     undeploy_words,
 )
-from controlplane.context import current_services
-from controlplane.db import get_db
+from controlplane.context import current_services, get_db
 from controlplane.models import Deployment
 from controlplane.rollout.readmodel import describe_deployment
 from controlplane.rollout.states import ACTIVE

@@ -8,8 +8,7 @@ from flask import Response, request
 from sqlalchemy.orm import Session
 
 from controlplane.console.base import bp, login_required, page
-from controlplane.context import current_services
-from controlplane.db import get_db
+from controlplane.context import current_services, get_db
 from controlplane.runbooks.readmodel import expire_due, run_json
 from controlplane.runbooks.runner import RunbookRunner
 from controlplane.runbooks.states import OPEN, RESUMABLE, RunState

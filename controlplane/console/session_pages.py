@@ -6,14 +6,13 @@ import secrets
 
 from flask import Response, redirect, request, session, url_for
 
-from controlplane.auth import public
 from controlplane.auth.audit import record_event
 from controlplane.auth.errors import AuthError
-from controlplane.auth.guard import csrf_matches, current_actor, end_session
+from controlplane.auth.guard import csrf_matches, current_actor, end_session, public
 from controlplane.auth.login import log_in
 from controlplane.auth.throttle import current_throttle
 from controlplane.console.base import bp, page, safe_next
-from controlplane.db import get_db
+from controlplane.context import get_db
 
 FORM_FIELD = "csrf_token"
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from flask import Blueprint
 
+from alerts.catalogue import METRICS
 from controlplane.context import current_services
 from controlplane.contract import operation
-from controlplane.history.query import METRICS
 from controlplane.history.schemas import MetricCatalog, SeriesQuery, SeriesView, SummaryQuery, SummaryView
 from controlplane.history.service import HistoryService
 

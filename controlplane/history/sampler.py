@@ -13,8 +13,8 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from controlplane.clock import utcnow
 from controlplane.models import DeviceSample, SlotSample
-from controlplane.scheduler import utcnow
 from serving.batching import BatcherSnapshot
 from serving.engine import Engine, LoadedVersion
 from serving.memory import heap_stats

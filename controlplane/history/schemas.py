@@ -1,6 +1,6 @@
 """The history API's query and response models (`/api/history`, `/summary`, `/metrics`).
 
-Metric names come from the history's own catalogue (`query.METRICS`), so the document lists
+Metric names come from the history's catalogue (`alerts.catalogue.METRICS`), so the document lists
 exactly what the API answers for; times use the syntax of `timeparse.parse_time`, and a refusal
 reads as it always has.
 """
@@ -12,9 +12,9 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from alerts.catalogue import METRICS
 from controlplane.contract import QueryArgs, Reply, Timestamp
 from controlplane.errors import ApiError
-from controlplane.history.query import METRICS
 from controlplane.rollout.states import Slot
 from controlplane.timeparse import TIME_SYNTAX, TimeText, parse_time
 

@@ -30,7 +30,7 @@ class HistoryService:
         version: str | None = None,
         slot: str | None = None,
     ) -> list[dict]:
-        """Return the series of one metric (see query.METRICS)."""
+        """Return the series of one metric (see alerts.catalogue.METRICS)."""
         with self._sessions() as session:
             return query.series(session, metric, start, end, step_s, model, version, slot)
 

@@ -6,7 +6,8 @@ from typing import Any
 
 from flask import Blueprint, request, url_for
 
-from controlplane.auth import Role, current_actor, request_audit, require_role
+from controlplane.auth import Role
+from controlplane.auth.guard import current_actor, request_audit, require_role
 from controlplane.context import current_services
 from controlplane.contract import operation
 from controlplane.errors import ApiError, NotFound

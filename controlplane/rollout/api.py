@@ -12,11 +12,11 @@ from typing import Any
 from flask import Blueprint
 from sqlalchemy.orm import Session
 
-from controlplane.auth import Role, current_actor, refusals_audited, request_audit, require_role
+from controlplane.auth import Role
 from controlplane.auth.audit import refusals_recorded
-from controlplane.context import current_services
+from controlplane.auth.guard import current_actor, refusals_audited, request_audit, require_role
+from controlplane.context import current_services, get_db
 from controlplane.contract import operation
-from controlplane.db import get_db
 from controlplane.errors import NotFound
 from controlplane.models import Deployment, EngineDesired, EngineStatus
 from controlplane.rollout import deployments, enginewide, service

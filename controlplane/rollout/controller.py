@@ -14,13 +14,13 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from controlplane.clock import utcnow
 from controlplane.history.query import SlotAggregate
 from controlplane.models import Deployment, Rollout, RolloutMeasurement, SlotSample, SlotStatus
 from controlplane.rollout import lifecycle
 from controlplane.rollout.analysis import AnalysisPolicy, analyse
 from controlplane.rollout.service import Audit, RolloutSettings, active_rollout
 from controlplane.rollout.states import ACTIVE, RolloutState, Slot, Strategy, Verdict
-from controlplane.scheduler import utcnow
 
 
 def tick(

@@ -13,11 +13,11 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from controlplane.clock import utcnow
 from controlplane.errors import Conflict, NotFound
 from controlplane.models import Deployment, SlotStatus
 from controlplane.rollout.service import Audit, active_rollout
 from controlplane.rollout.states import Slot
-from controlplane.scheduler import utcnow
 
 
 def ensure_deployments(

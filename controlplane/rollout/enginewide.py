@@ -13,9 +13,9 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from controlplane.clock import utcnow
 from controlplane.models import EngineDesired, EngineStatus
 from controlplane.rollout.service import Audit
-from controlplane.scheduler import utcnow
 
 BATCHING_LIMITS = ("max_batch_size", "max_queue_delay_ms", "max_queue_size")
 HEARD_FROM_S = 60.0  # a process whose engine_status is older than this is taken to be gone

@@ -4,7 +4,7 @@ Order keeps traffic flowing: load (and verify) what a slot should hold, then set
 reload the slots asked for, then unload what no slot should hold. Inside one process it is woken
 at once after a write. Other processes' writes: on SQLite, an inotify watch of the database's
 folder wakes it when any commit lands, and a pass runs only when `PRAGMA data_version` says another
-connection committed (controlplane.rollout.changes), so an idle process does nearly nothing; without
+connection committed (controlplane.desiredchanges), so an idle process does nearly nothing; without
 inotify that counter is read every poll. On PostgreSQL every node LISTENs for the NOTIFY that each
 desired-state write sends in its transaction, and wakes at once; a pass (one small indexed read)
 also runs every `safety_poll_s` in case a notification was lost, or every second where LISTEN is
@@ -26,10 +26,10 @@ from pathlib import Path
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from controlplane.clock import utcnow
+from controlplane.desiredchanges import ChangeSignal, DirectoryWatch, PostgresListener, postgres_url, sqlite_path
 from controlplane.models import Deployment, EngineDesired, EngineStatus, SlotStatus
-from controlplane.rollout.changes import ChangeSignal, DirectoryWatch, PostgresListener, postgres_url, sqlite_path
 from controlplane.rollout.enginewide import BATCHING_LIMITS, effective_batching
-from controlplane.scheduler import utcnow
 from serving.engine import SLOTS, Engine, read_manifest
 
 log = logging.getLogger(__name__)

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from controlplane.clock import utcnow
 from controlplane.errors import ApiError, Conflict, NotFound
 from controlplane.models import Deployment, Rollout
 from controlplane.rollout import lifecycle
@@ -29,7 +30,6 @@ from controlplane.rollout.states import (
     Strategy,
     transition,
 )
-from controlplane.scheduler import utcnow
 
 # audit(session, action, target, outcome, detail): a change's 'ok' event, in its transaction. Refusals
 # raise instead; the caller records them after rolling back (rollout.api._refusals_recorded).

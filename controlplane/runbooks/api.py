@@ -13,10 +13,10 @@ from typing import Any
 from flask import Blueprint
 from sqlalchemy.orm import Session
 
-from controlplane.auth import Actor, Role, current_actor, refusals_audited, require_role
-from controlplane.context import current_services
+from controlplane.auth import Actor, Role
+from controlplane.auth.guard import current_actor, refusals_audited, require_role
+from controlplane.context import current_services, get_db
 from controlplane.contract import operation
-from controlplane.db import get_db
 from controlplane.models.runbook import RunbookRun
 from controlplane.runbooks.readmodel import expire_due, run_json
 from controlplane.runbooks.runner import RunbookRunner

@@ -22,11 +22,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, object_session
 
 from alerts.rules import Rule, duration_text
+from controlplane.clock import utcnow
 from controlplane.models import AlertRecord
 from controlplane.models.runbook import RunbookRun
 from controlplane.runbooks.runner import RunbookRunner
 from controlplane.runbooks.states import RunState, Trigger
-from controlplane.scheduler import utcnow
 
 # Runs that never acted and never will: they start no cooldown.
 NEVER_ACTED = (RunState.AWAITING_APPROVAL.value, RunState.REJECTED.value, RunState.EXPIRED.value)

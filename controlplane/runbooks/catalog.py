@@ -16,7 +16,7 @@ from importlib.resources import files
 from pathlib import Path
 
 from controlplane.errors import ApiError, NotFound
-from controlplane.runbooks.declaration import NAME, DeclarationError, Runbook, parse_declaration
+from controlplane.runbooks.declaration import NAME, DeclarationError, Runbook, parse_declaration, source
 
 log = logging.getLogger(__name__)
 
@@ -123,18 +123,18 @@ class RunbookCatalog:
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            return DeclarationError(f"--describe did not finish within {self._describe_timeout_s:g} s")
+            return DeclarationError(f"{source(name)}: --describe did not finish within {self._describe_timeout_s:g} s")
         except OSError as exc:
-            return DeclarationError(f"--describe could not run: {exc}")
+            return DeclarationError(f"{source(name)}: --describe could not run: {exc}")
         if done.returncode != 0:
             tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
-            return DeclarationError(f"--describe exited with {done.returncode}: {tail[0][:500]}")
+            return DeclarationError(f"{source(name)}: --describe exited with {done.returncode}: {tail[0][:500]}")
         if len(done.stdout) > MAX_DESCRIBE_BYTES:
-            return DeclarationError(f"--describe printed more than {MAX_DESCRIBE_BYTES} bytes")
+            return DeclarationError(f"{source(name)}: --describe printed more than {MAX_DESCRIBE_BYTES} bytes")
         try:
             data = json.loads(done.stdout)
         except ValueError:
-            return DeclarationError("--describe did not print one JSON object")
+            return DeclarationError(f"{source(name)}: --describe did not print one JSON object")
         try:
             return parse_declaration(data, name)
         except DeclarationError as exc:

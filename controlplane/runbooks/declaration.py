@@ -10,18 +10,21 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from controlplane.auth.roles import Role, parse_role
 from controlplane.errors import ApiError
+from serving.declared import Declared, Problem, describe, message
 
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")  # runbook, parameter and step names
 RESERVED_NAMES = frozenset({"runs"})  # /api/runbooks/runs is the list of runs
 RESERVED_PARAMS = frozenset({"describe", "dry_run", "from_step", "help", "h"})  # the helper's own flags
-TYPES = ("str", "int", "float", "bool")
-ON_FAILURE = ("stop", "continue")
-RUNBOOK_KEYS = frozenset({"name", "description", "params", "role", "timeout_s", "automatic", "dangerous", "steps"})
-PARAM_KEYS = frozenset({"type", "choices", "required", "default", "help", "pattern", "min", "max"})
+ParamType = Literal["str", "int", "float", "bool"]
+OnFailure = Literal["stop", "continue"]
+TYPES: tuple[str, ...] = get_args(ParamType)
+ON_FAILURE: tuple[str, ...] = get_args(OnFailure)
 MAX_TIMEOUT_S = 3600
 MAX_STRING = 256
 _INT_TEXT = re.compile(r"^[0-9]{1,18}$")
@@ -34,9 +37,17 @@ class DeclarationError(ValueError):
 
 
 class BadArguments(ApiError):
-    """A run's arguments do not match the runbook's declaration (400)."""
+    """A run's arguments do not match the runbook's declaration (400); `problem` says what, without the name."""
 
     code = "bad_arguments"
+
+    def __init__(self, message: str, problem: str | None = None) -> None:
+        super().__init__(message)
+        self.problem = message if problem is None else problem
+
+
+def _refused(name: str, problem: str) -> BadArguments:
+    return BadArguments(f"'{name}' {problem}", problem)
 
 
 @dataclass(frozen=True)
@@ -58,16 +69,16 @@ class Param:
         value = self._typed(value)
         # NOTE: checked for every type, first: a word starting with '-' could be read as an option.
         if self.type != "bool" and self.argument(value).startswith("-"):
-            raise BadArguments(f"'{self.name}' may not start with '-'; got {value!r}")
+            raise _refused(self.name, f"may not start with '-'; got {value!r}")
         if isinstance(value, str):
             if len(value) > MAX_STRING or _CONTROL.search(value):
-                raise BadArguments(f"'{self.name}' must be at most {MAX_STRING} printable characters")
+                raise _refused(self.name, f"must be at most {MAX_STRING} printable characters")
             if self.pattern is not None and not re.fullmatch(self.pattern, value):
-                raise BadArguments(f"'{self.name}' must match {self.pattern}; got {value!r}")
+                raise _refused(self.name, f"must match {self.pattern}; got {value!r}")
         if self.min is not None and value < self.min or self.max is not None and value > self.max:
-            raise BadArguments(f"'{self.name}' must be between {self.min} and {self.max}; got {value!r}")
+            raise _refused(self.name, f"must be between {self.min} and {self.max}; got {value!r}")
         if self.choices is not None and value not in self.choices:
-            raise BadArguments(f"'{self.name}' must be one of {list(self.choices)}; got {value!r}")
+            raise _refused(self.name, f"must be one of {list(self.choices)}; got {value!r}")
         return value
 
     def _typed(self, value: Any) -> Any:
@@ -89,9 +100,9 @@ class Param:
                 value = float(value)
             if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
                 if not _FLOAT_TEXT.match(repr(float(abs(value)))):
-                    raise BadArguments(f"'{self.name}' must be a plain decimal number; got {value!r}")
+                    raise _refused(self.name, f"must be a plain decimal number; got {value!r}")
                 return float(value)
-        raise BadArguments(f"'{self.name}' must be {_A[self.type]}; got {value!r}")
+        raise _refused(self.name, f"must be {_A[self.type]}; got {value!r}")
 
     def argument(self, value: Any) -> str:
         """Return the one command-line word for a checked value (--name=value, --flag or --no-flag)."""
@@ -197,78 +208,144 @@ class Runbook:
         }
 
 
-def _need(condition: bool, message: str) -> None:
-    if not condition:
-        raise DeclarationError(message)
+# --- the declaration's schema ------------------------------------------------------------------------
+# Validated by the pydantic models below (serving.declared: strict types, unknown fields named), then
+# turned into the frozen dataclasses above. A refusal reads `<name>.py: field 'params.n.type': ...`.
+
+Name = Annotated[str, Field(pattern=NAME.pattern)]
 
 
-def _parse_param(name: Any, spec: Any) -> Param:
-    where = f"params.{name}"
-    _need(isinstance(name, str) and bool(NAME.match(name)), f"parameter name {name!r} must match {NAME.pattern}")
-    _need(name not in RESERVED_PARAMS, f"parameter name {name!r} is reserved")
-    _need(isinstance(spec, dict), f"{where} must be an object")
-    _need(not set(spec) - PARAM_KEYS, f"{where} has unknown keys {sorted(set(spec) - PARAM_KEYS)}")
-    _need(spec.get("type") in TYPES, f"{where}.type must be one of {list(TYPES)}")
-    _need(isinstance(spec.get("required", False), bool), f"{where}.required must be true or false")
-    _need(isinstance(spec.get("help", ""), str), f"{where}.help must be a string")
-    pattern = spec.get("pattern")
-    if pattern is not None:
-        _need(spec["type"] == "str" and isinstance(pattern, str), f"{where}.pattern must be a string, on a str")
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise DeclarationError(f"{where}.pattern does not compile: {exc}") from None
-    for key in ("min", "max"):
-        bound = spec.get(key)
-        if bound is not None:
-            ok = spec["type"] in ("int", "float") and isinstance(bound, int | float) and not isinstance(bound, bool)
-            _need(ok, f"{where}.{key} must be a number, on an int or float")
-    choices = spec.get("choices")
-    _need(choices is None or (isinstance(choices, list) and choices), f"{where}.choices must be a non-empty list")
-    param = Param(
-        name=name, type=spec["type"], required=spec.get("required", False), help=spec.get("help", ""),
-        pattern=pattern, min=spec.get("min"), max=spec.get("max"),
-    )  # fmt: skip
+class _ParamSpec(Declared):
+    type: ParamType
+    required: bool = False
+    default: Any = None
+    choices: Annotated[list[Any], Field(min_length=1)] | None = None
+    help: str = ""
+    pattern: str | None = None
+    min: int | float | None = None
+    max: int | float | None = None
+
+    @model_validator(mode="after")
+    def _fits_the_type(self) -> _ParamSpec:
+        if self.pattern is not None:
+            if self.type != "str":
+                raise Problem("must be a string, on a str", at=("pattern",))
+            try:
+                re.compile(self.pattern)
+            except re.error as exc:
+                raise Problem(f"does not compile: {exc}", at=("pattern",)) from None
+        for key in ("min", "max"):
+            if getattr(self, key) is not None and self.type not in ("int", "float"):
+                raise Problem("must be a number, on an int or float", at=(key,))
+        return self
+
+    def param(self, name: str) -> Param:
+        """The parameter, its choices and default checked as a run's arguments would be."""
+        param = Param(
+            name=name, type=self.type, required=self.required, help=self.help, pattern=self.pattern,
+            min=self.min, max=self.max,
+        )  # fmt: skip
+        if self.choices is not None:
+            choices = []
+            for i, choice in enumerate(self.choices):
+                choices.append(_checked(param, choice, ("choices", i)))
+            param = replace(param, choices=tuple(choices))
+        if self.default is not None:
+            param = replace(param, default=_checked(param, self.default, ("default",)))
+        return param
+
+
+def _checked(param: Param, value: Any, at: tuple[int | str, ...]) -> Any:
     try:
-        if choices is not None:
-            param = replace(param, choices=tuple(param.check(c) for c in choices))
-        if spec.get("default") is not None:
-            param = replace(param, default=param.check(spec["default"]))
+        return param.check(value)
     except BadArguments as exc:
-        raise DeclarationError(f"{where}: {exc.message}") from None
-    return param
+        raise Problem(exc.problem, at=at) from None
+
+
+class _Step(Declared):
+    name: Name
+    on_failure: OnFailure
+
+
+class _Declaration(Declared):
+    name: str
+    description: Annotated[str, Field(min_length=1)]
+    params: dict[str, _ParamSpec]
+    role: Role
+    timeout_s: int
+    automatic: bool
+    dangerous: bool
+    steps: Annotated[list[_Step], Field(min_length=1)]
+
+    @field_validator("name")
+    @classmethod
+    def _the_files_name(cls, name: str, info: ValidationInfo) -> str:
+        expected = info.context["expected_name"]
+        if name != expected:
+            raise Problem(f"must be the file's name, {expected!r}, not {name!r}")
+        return name
+
+    @field_validator("params", mode="before")
+    @classmethod
+    def _param_names(cls, params: Any) -> Any:
+        for name in params if isinstance(params, dict) else ():
+            if not isinstance(name, str) or not NAME.match(name):
+                raise Problem(f"is not a parameter name: it must match {NAME.pattern}", at=(str(name),))
+            if name in RESERVED_PARAMS:
+                raise Problem("is reserved: the runbook helper's own flag", at=(name,))
+        return params
+
+    @field_validator("role", mode="before")
+    @classmethod
+    def _role(cls, value: Any) -> Role:
+        role = parse_role(value)
+        if role is None:
+            raise Problem(f"must be one of {[r.value for r in Role]}, not {value!r:.100}")
+        return role
+
+    @field_validator("timeout_s")
+    @classmethod
+    def _timeout(cls, timeout: int) -> int:
+        if not 1 <= timeout <= MAX_TIMEOUT_S:
+            raise Problem(f"must be a whole number of seconds from 1 to {MAX_TIMEOUT_S}, not {timeout!r}")
+        return timeout
+
+    @field_validator("steps")
+    @classmethod
+    def _unique(cls, steps: list[_Step]) -> list[_Step]:
+        names = [s.name for s in steps]
+        if len(set(names)) != len(names):
+            raise Problem(f"must name each step once; repeated: {sorted({n for n in names if names.count(n) > 1})}")
+        return steps
+
+
+def source(name: str) -> str:
+    """Name the document a runbook's declaration comes from: its script's `--describe`."""
+    return f"{name}.py"
 
 
 def parse_declaration(data: Any, expected_name: str) -> Runbook:
     """Check a script's declaration field by field; return the Runbook or raise DeclarationError."""
-    _need(isinstance(data, dict), "the declaration must be a JSON object")
-    _need(not set(data) - RUNBOOK_KEYS, f"unknown keys {sorted(set(data) - RUNBOOK_KEYS)}")
-    _need(not RUNBOOK_KEYS - set(data), f"missing keys {sorted(RUNBOOK_KEYS - set(data))}")
-    _need(data["name"] == expected_name, f"name {data['name']!r} must be the file's name, {expected_name!r}")
-    _need(expected_name not in RESERVED_NAMES, f"{expected_name!r} is reserved")
-    _need(isinstance(data["description"], str) and bool(data["description"]), "description must be a string")
-    role = parse_role(data["role"])
-    _need(role is not None, f"role must be one of {[r.value for r in Role]}")
-    timeout = data["timeout_s"]
-    ok = isinstance(timeout, int) and not isinstance(timeout, bool) and 1 <= timeout <= MAX_TIMEOUT_S
-    _need(ok, f"timeout_s must be a whole number of seconds from 1 to {MAX_TIMEOUT_S}")
-    for key in ("automatic", "dangerous"):
-        _need(isinstance(data[key], bool), f"{key} must be true or false")
-    _need(isinstance(data["params"], dict), "params must be an object")
-    params = tuple(_parse_param(name, spec) for name, spec in data["params"].items())
-    raw_steps = data["steps"]
-    _need(isinstance(raw_steps, list) and bool(raw_steps), "steps must be a non-empty list")
-    steps = []
-    for i, step in enumerate(raw_steps):
-        ok = isinstance(step, dict) and set(step) == {"name", "on_failure"} and isinstance(step["name"], str)
-        _need(ok, f"steps[{i}] must be {{'name', 'on_failure'}}")
-        _need(bool(NAME.match(step["name"])), f"steps[{i}].name must match {NAME.pattern}")
-        _need(step["on_failure"] in ON_FAILURE, f"steps[{i}].on_failure must be one of {list(ON_FAILURE)}")
-        steps.append(Step(step["name"], step["on_failure"]))
-    _need(len({s.name for s in steps}) == len(steps), "step names must be unique")
+    if expected_name in RESERVED_NAMES:
+        raise DeclarationError(
+            message(source(expected_name), "is reserved: /api/runbooks/runs lists the runs", path="name")
+        )
+    try:
+        checked = _Declaration.model_validate(data, context={"expected_name": expected_name})
+    except ValidationError as exc:
+        raise DeclarationError(describe(exc, source(expected_name), dict_word="an object")) from None
+    params = []
+    for name, spec in checked.params.items():
+        try:
+            params.append(spec.param(name))
+        except Problem as exc:  # a choice or default that the parameter's own checks refuse
+            raise DeclarationError(
+                message(source(expected_name), exc.message, path=("params", name, *exc.at))
+            ) from None
     return Runbook(
-        name=expected_name, description=data["description"], params=params, role=role, timeout_s=timeout,
-        automatic=data["automatic"], dangerous=data["dangerous"], steps=tuple(steps),
+        name=expected_name, description=checked.description, params=tuple(params), role=checked.role,
+        timeout_s=checked.timeout_s, automatic=checked.automatic, dangerous=checked.dangerous,
+        steps=tuple(Step(s.name, s.on_failure) for s in checked.steps),
     )  # fmt: skip
 
 

@@ -33,6 +33,7 @@ from controlplane.auth import SYSTEM_ACTOR, Actor, Role, record_event
 from controlplane.auth.errors import Forbidden
 from controlplane.auth.tokens import create_token, revoke_token
 from controlplane.auth.users import get_user
+from controlplane.clock import utcnow
 from controlplane.errors import ApiError, Conflict, NotFound
 from controlplane.models import ApiToken, User
 from controlplane.models.runbook import RunbookRun
@@ -40,7 +41,6 @@ from controlplane.runbooks.catalog import RunbookCatalog, runbook_directory, scr
 from controlplane.runbooks.declaration import Runbook, resume_point
 from controlplane.runbooks.process import ScriptProcess, ScriptResult
 from controlplane.runbooks.states import ACTIVE, RESUMABLE, IllegalTransition, RunState, Trigger, transition
-from controlplane.scheduler import utcnow
 
 log = logging.getLogger(__name__)
 

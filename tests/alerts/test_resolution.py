@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from alerts.catalogue import METRICS
 from alerts.lifecycle import Tracked, evaluate
 from alerts.rules import LIVE_METRICS, REQUEST_METRICS, Condition, Insufficient, Rule, RuleError, load_rules
 from alerts.states import AlertState, Severity
-from controlplane.history.query import METRICS
 
 RULES = Path(__file__).resolve().parents[2] / "alerts" / "rules"
 KNOWN = [*METRICS, *LIVE_METRICS]
@@ -89,18 +89,21 @@ rules:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (("min_requests: 20", "min_requests: -1"), "'min_requests' must be a whole number"),
-        (("min_requests: 20", "min_requests: 2.5"), "'min_requests' must be a whole number"),
-        (("min_requests: 20", "min_requests: true"), "'min_requests' must be a whole number"),
-        (("metric: error_rate", "metric: gpu_memory_fill"), "'min_requests' applies only to metrics over requests"),
-        (("metric: error_rate", "metric: notification_failures"), "'min_requests' applies only"),
+        (("min_requests: 20", "min_requests: -1"), "field 'condition.min_requests': must be at least 0"),
+        (("min_requests: 20", "min_requests: 2.5"), "field 'condition.min_requests': must be a whole number"),
+        (("min_requests: 20", "min_requests: true"), "field 'condition.min_requests': must be a whole number"),
+        (
+            ("metric: error_rate", "metric: gpu_memory_fill"),
+            "field 'condition.min_requests': applies only to metrics over requests",
+        ),
+        (("metric: error_rate", "metric: notification_failures"), "field 'condition.min_requests': applies only"),
     ],
 )
 def test_min_requests_mistakes_are_refused(tmp_path: Path, change: tuple[str, str], message: str) -> None:
     (tmp_path / "x.yaml").write_text(GOOD.replace(*change))
     with pytest.raises(RuleError) as refused:
         load_rules(tmp_path, KNOWN)
-    assert message in str(refused.value) and "x.yaml[0] rule r" in str(refused.value)
+    assert message in str(refused.value) and str(refused.value).startswith("x.yaml: rule 'r' ")
 
 
 def test_min_requests_loads_on_request_metrics_and_defaults_to_none(tmp_path: Path) -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from alerts.catalogue import METRICS
 from alerts.rules import LIVE_METRICS, RuleError, load_rules, parse_duration
 from alerts.states import Severity
-from controlplane.history.query import METRICS
 
 RULES = Path(__file__).resolve().parents[2] / "alerts" / "rules"
 KNOWN = [*METRICS, *LIVE_METRICS]
@@ -52,16 +52,24 @@ rules:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (("metric: p99", "metric: p98"), "unknown metric 'p98'"),
-        (("window: 5m", "window: five"), "duration must look like 30s"),
-        (("for: 1m", "for: 1w"), "duration must look like"),
-        (("runbook: rollback", "runbook: reboot_everything"), "'reboot_everything' is not a registered runbook"),
-        (("severity: P1", "severity: P4"), "'severity' must be P0, P1 or P2"),
-        (('op: ">"', 'op: "=>"'), "'op' must be one of"),
-        (("threshold: 100", "threshold: high"), "'threshold' must be a number"),
-        (("why: because it matters to someone", "why: ''"), "'why' must say why"),
-        (("name: r", "name: R!"), "'name' must match"),
-        (("summary: s", "summry: s"), "unknown field(s) ['summry']"),
+        (("metric: p99", "metric: p98"), "rule 'r' field 'condition.metric': unknown metric 'p98'"),
+        (("window: 5m", "window: five"), "rule 'r' field 'condition.window': must be a duration like 30s"),
+        (("for: 1m", "for: 1w"), "rule 'r' field 'for': must be a duration like"),
+        (
+            ("runbook: rollback", "runbook: reboot_everything"),
+            "field 'runbook': runbook 'reboot_everything' is not a registered runbook",
+        ),
+        (("severity: P1", "severity: P4"), "rule 'r' field 'severity': must be P0, P1 or P2"),
+        (('op: ">"', 'op: "=>"'), "rule 'r' field 'condition.op': must be '>', '>=', '<', '<=', '==' or '!='"),
+        (("threshold: 100", "threshold: high"), "rule 'r' field 'condition.threshold': must be a number"),
+        (("threshold: 100", "threshold: true"), "rule 'r' field 'condition.threshold': must be a number"),
+        (("why: because it matters to someone", "why: ' '"), "rule 'r' field 'why': must say why"),
+        (("name: r", "name: R!"), "rules[0] field 'name': must match"),
+        (("summary: s", "summry: s"), "rule 'r' field 'summry': is not a known field"),
+        (("window: 5m", "window: 5m, by: [pod]"), "rule 'r' field 'condition.by[0]': must be 'model', 'version'"),
+        (("window: 5m", "windw: 5m"), "rule 'r' field 'condition.windw': is not a known field"),
+        (("summary: s", "summary: ''"), "rule 'r' field 'summary': must not be empty"),
+        (("    summary: s\n", ""), "rule 'r' field 'summary': is required"),
     ],
 )
 def test_mistakes_are_refused_with_the_file_rule_and_field(
@@ -70,17 +78,21 @@ def test_mistakes_are_refused_with_the_file_rule_and_field(
     folder = write(tmp_path, GOOD.replace(*change))
     with pytest.raises(RuleError) as refused:
         load_rules(folder, KNOWN, RUNBOOKS)
-    assert message in str(refused.value) and "x.yaml" in str(refused.value)
+    assert message in str(refused.value) and str(refused.value).startswith("x.yaml: ")
 
 
 def test_broken_yaml_duplicates_and_automatic_without_runbook(tmp_path: Path) -> None:
-    with pytest.raises(RuleError, match="not valid YAML"):
+    with pytest.raises(RuleError, match="x.yaml: is not valid YAML"):
         load_rules(write(tmp_path, "rules: [\n"), KNOWN, RUNBOOKS)
-    with pytest.raises(RuleError, match="repeated: \\['r'\\]"):
+    with pytest.raises(RuleError, match=r"x.yaml: rule 'r' field 'name': is already taken by x.yaml rules\[0\]"):
         load_rules(write(tmp_path, GOOD + GOOD.replace("rules:\n", "")), KNOWN, RUNBOOKS)
     automatic = GOOD.replace("    runbook: rollback\n", "    automatic: {enabled: true}\n")
-    with pytest.raises(RuleError, match="'automatic' needs a 'runbook'"):
+    with pytest.raises(RuleError, match="x.yaml: rule 'r' field 'automatic': needs a 'runbook'"):
         load_rules(write(tmp_path, automatic), KNOWN, RUNBOOKS)
+    with pytest.raises(RuleError, match="x.yaml: field 'rules': must be a list of rules"):
+        load_rules(write(tmp_path, "rules: {name: r}\n"), KNOWN, RUNBOOKS)
+    with pytest.raises(RuleError, match="x.yaml: must be a mapping with a 'rules' list"):
+        load_rules(write(tmp_path, "- r\n"), KNOWN, RUNBOOKS)
     assert parse_duration("90s", "x") == timedelta(seconds=90)
 
 
@@ -93,8 +105,11 @@ def test_min_reserved_mib_is_for_fragmentation_only(tmp_path: Path) -> None:
     (loaded,) = load_rules(tmp_path, METRICS)
     assert loaded.condition.min_reserved_mib == 512
     for condition, message in (
-        (frag | {"min_reserved_mib": -1}, "'min_reserved_mib' must be a whole number of MiB"),
-        (frag | {"metric": "rss", "min_reserved_mib": 5}, "'min_reserved_mib' applies only to 'fragmentation'"),
+        (frag | {"min_reserved_mib": -1}, "field 'condition.min_reserved_mib': must be at least 0, not -1"),
+        (
+            frag | {"metric": "rss", "min_reserved_mib": 5},
+            "field 'condition.min_reserved_mib': applies only to 'fragmentation'",
+        ),
     ):
         (tmp_path / "r.yaml").write_text(yaml.safe_dump({"rules": [rule | {"condition": condition}]}))
         with pytest.raises(RuleError, match=message):
@@ -109,5 +124,7 @@ def test_by_reason_is_for_the_client_error_rate_only(tmp_path: Path) -> None:
          "by": ["reason"]},
     ):  # fmt: skip
         (tmp_path / "r.yaml").write_text(yaml.safe_dump({"rules": [rule | {"condition": condition}]}))
-        with pytest.raises(RuleError, match="'by: reason' applies only to client_error_rate with aggregation avg"):
+        with pytest.raises(
+            RuleError, match="field 'condition.by': 'reason' applies only to client_error_rate with aggregation avg"
+        ):
             load_rules(tmp_path, METRICS)

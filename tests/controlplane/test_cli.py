@@ -9,8 +9,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from bench.rollout import operator_token
 from controlplane.cli import cli
-from controlplane.rollout.bench import operator_token
 
 ROOT = Path(__file__).resolve().parents[2]
 

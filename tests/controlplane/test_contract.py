@@ -8,7 +8,7 @@ import pytest
 from flask import Flask
 from pydantic import Field, model_validator
 
-from controlplane import errors
+from controlplane import errorhandlers
 from controlplane.contract import QueryArgs, Reply, RequestBody, operation
 
 
@@ -46,7 +46,7 @@ class Started(Reply):
 @pytest.fixture
 def client():
     app = Flask(__name__)
-    errors.register_handlers(app)
+    errorhandlers.register_handlers(app)
 
     @app.post("/start")
     @operation(body=Start, response=Started, status=202)

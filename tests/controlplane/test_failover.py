@@ -20,10 +20,10 @@ import pytest
 
 pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[postgres]')")
 
+from controlplane.clock import utcnow  # noqa: E402
 from controlplane.db import make_engine, session_factory  # noqa: E402
 from controlplane.migrate import upgrade  # noqa: E402
 from controlplane.models import OutboxMessage, Receiver  # noqa: E402
-from controlplane.scheduler import utcnow  # noqa: E402
 from tests.pg import create_database, find_bindir, postgres_cluster  # noqa: E402
 from tests.servers import ChatServer  # noqa: E402
 

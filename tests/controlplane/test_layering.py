@@ -1,10 +1,13 @@
-"""The control plane's import rules: views only parse, call and render, and imports go one way.
+"""The product's import rules: the web on top, imports one way, no cycles.
 
-No module imports a blueprint (view) module except the app factory and the console package that
-registers the pages: shared readers and helpers live in modules of their own (`alerting.readmodel`,
-`rollout.readmodel`, `timeparse`, `requestid`, ...). The import graph has no cycles, counting the
-imports inside functions too (a lazy import that closes a cycle only hides it), and every module
-imports in a fresh interpreter whatever was imported before it.
+Layers (ARCHITECTURE.md): web (Flask views and console, the ASGI front, the request context) →
+composition root (`services`) → domain services → infrastructure → leaves (`serving/`, `alerts/`,
+`dashboards/`). Only the web layer imports Flask; the leaves import neither the control plane nor
+a web framework or SQLAlchemy. No module imports a blueprint (view) module except the app factory
+and the console package that registers the pages. The import graph of every product package has no
+cycles, counting imports inside functions and under `TYPE_CHECKING` (a lazy or type-only import
+that closes a cycle only hides it), and every module imports in a fresh interpreter whatever was
+imported before it.
 """
 
 from __future__ import annotations
@@ -19,9 +22,29 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "controlplane"
-VIEW_MODULES = {"inference_api", "repository_api", "ops_api", "dashboards_view"}  # top-level blueprints
+PRODUCT = ("controlplane", "serving", "alerts", "dashboards", "bench")
+LEAVES = ("serving", "alerts", "dashboards")
+VIEW_MODULES = {"dashboards_view"}  # top-level blueprints besides the `*_api` modules
 MAY_IMPORT_VIEWS = {"controlplane.app", "controlplane.console"}  # they register the blueprints
 NOT_IMPORTABLE = {"controlplane.__main__"}  # importing it runs the command line
+OTHER_VENV = "bench.peerservers.mlserver_onnx"  # runs inside MLServer, in .venv-mlserver/
+# The web layer besides the views: what serves HTTP or reads Flask's request context.
+WEB_SUPPORT = {
+    "controlplane.app",
+    "controlplane.asgi",
+    "controlplane.worker",
+    "controlplane.context",
+    "controlplane.contract",
+    "controlplane.errorhandlers",
+    "controlplane.inference",
+    "controlplane.openapi",
+    "controlplane.auth.guard",
+    "controlplane.auth.cookies",
+    "controlplane.auth.login",
+    "controlplane.auth.throttle",
+}
+WEB_FRAMEWORKS = ("flask", "werkzeug", "a2wsgi", "uvicorn", "gunicorn")
+NOT_WEB = {"werkzeug.security"}  # password hashing: a library function, no request in sight
 
 
 def module_name(path: Path) -> str:
@@ -31,37 +54,33 @@ def module_name(path: Path) -> str:
 
 
 # NOTE: gunicorn.conf.py (a link to the top-level file, shipped as package data) is a config file, not a module.
-MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py")) if path.stem.isidentifier()}
+MODULES = {
+    module_name(path): path
+    for package in PRODUCT
+    if (ROOT / package).is_dir()
+    for path in sorted((ROOT / package).rglob("*.py"))
+    if path.stem.isidentifier()
+}
 
 
 def is_view(name: str) -> bool:
     """Say whether `name` is a blueprint module: `*/api.py`, a top-level API or view, or a console page."""
     parts = name.split(".")
-    return (
+    return parts[0] == "controlplane" and (
         parts[-1] == "api"
+        or parts[-1].endswith("_api")
         or (len(parts) == 2 and parts[1] in VIEW_MODULES)
         or (parts[:2] == ["controlplane", "console"] and parts[-1].endswith("_pages"))
     )
 
 
-def _type_checking_only(tree: ast.Module) -> set[int]:
-    hidden: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            hidden.update(id(sub) for sub in ast.walk(node))
-    return hidden
-
-
-def imports_of(name: str) -> set[str]:
-    """Return the control-plane modules `name` imports anywhere in its body (functions too), not for typing only."""
+def imported_names(name: str) -> set[str]:
+    """Return every dotted name `name` imports anywhere in its body (functions and `TYPE_CHECKING` too)."""
     path = MODULES[name]
     tree = ast.parse(path.read_text(), str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    hidden = _type_checking_only(tree)
     found: set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in hidden:
-            continue
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -72,18 +91,52 @@ def imports_of(name: str) -> set[str]:
             for alias in node.names:
                 submodule = f"{base}.{alias.name}"
                 found.add(submodule if submodule in MODULES else base)
-    return {target for target in found if target in MODULES and target != name}
+    return found
+
+
+def imports_of(name: str) -> set[str]:
+    """Return the product modules `name` imports."""
+    return {target for target in imported_names(name) if target in MODULES and target != name}
 
 
 GRAPH = {name: imports_of(name) for name in MODULES}
 
 
+def in_web_layer(name: str) -> bool:
+    """Say whether `name` belongs to the web layer (may import Flask and the HTTP servers)."""
+    return is_view(name) or name in WEB_SUPPORT or name.startswith("controlplane.console")
+
+
 def test_the_rules_recognise_what_they_police() -> None:
     views = {name for name in MODULES if is_view(name)}
-    assert {"controlplane.alerting.api", "controlplane.inference_api", "controlplane.console.model_pages"} <= views
+    assert {"controlplane.alerting.api", "controlplane.inference_api", "controlplane.history.slo_api"} <= views
+    assert "controlplane.console.model_pages" in views
     assert not {"controlplane.alerting.readmodel", "controlplane.console.base", "controlplane.app"} & views
     assert "controlplane.console.base" in GRAPH["controlplane.console.model_pages"]
     assert "controlplane.models" in GRAPH["controlplane.models.alerting"]  # `from controlplane.models import Base`
+    assert "controlplane.services" in GRAPH["controlplane.context"]  # imported for typing only: counted
+    assert "flask" in {n.split(".")[0] for n in imported_names("controlplane.context")}
+    assert not in_web_layer("controlplane.db") and in_web_layer("controlplane.console.base")
+
+
+def _third_party(name: str) -> set[str]:
+    return {target.split(".")[0] for target in imported_names(name) - NOT_WEB}
+
+
+def test_only_the_web_layer_imports_a_web_framework() -> None:
+    # NOTE: the benchmarks start peer servers (a naive Flask app, MLServer): they sit beside the product, not in it.
+    offending = {
+        name: sorted(_third_party(name) & set(WEB_FRAMEWORKS))
+        for name in MODULES
+        if not in_web_layer(name) and not name.startswith("bench")
+    }
+    assert {name: found for name, found in offending.items() if found} == {}
+
+
+def test_the_leaves_import_no_control_plane_web_framework_or_database() -> None:
+    forbidden = {"controlplane", "sqlalchemy", "alembic", *WEB_FRAMEWORKS}
+    offending = {name: sorted(_third_party(name) & forbidden) for name in MODULES if name.split(".")[0] in LEAVES}
+    assert {name: found for name, found in offending.items() if found} == {}
 
 
 def test_no_module_imports_a_view_module_but_the_app_and_the_console() -> None:
@@ -157,7 +210,7 @@ for name in sys.argv[1:]:
 
 @pytest.mark.parametrize("order", ["sorted", "reversed", "shuffled"])
 def test_every_module_imports_in_a_fresh_interpreter_in_any_order(order: str) -> None:
-    names = sorted(set(MODULES) - NOT_IMPORTABLE)
+    names = sorted(set(MODULES) - NOT_IMPORTABLE - {OTHER_VENV})
     if order == "reversed":
         names.reverse()
     elif order == "shuffled":
@@ -166,3 +219,8 @@ def test_every_module_imports_in_a_fresh_interpreter_in_any_order(order: str) ->
         [sys.executable, "-c", IMPORT_ALL, *names], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-4000:]
+
+
+def test_the_product_never_imports_the_benchmarks() -> None:
+    offending = {name: sorted(t for t in targets if t.startswith("bench")) for name, targets in GRAPH.items()}
+    assert {name: found for name, found in offending.items() if found and not name.startswith("bench")} == {}

@@ -15,9 +15,9 @@ from flask.testing import FlaskClient
 from sqlalchemy import select
 from tritonclient.utils import InferenceServerException
 
+from bench.rollout import operator_token
 from controlplane.auth import Role
 from controlplane.models import AuditEvent
-from controlplane.rollout.bench import operator_token
 from tests.conftest import copy_home
 from tests.controlplane.conftest import token_for
 from tests.controlplane.registry.conftest import WEIGHTS, add_manifest, add_model, good_members, make_tar

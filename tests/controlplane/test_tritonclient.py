@@ -187,8 +187,8 @@ def test_a_bad_input_raises_with_the_servers_message(triton) -> None:
 @pytest.fixture(scope="module")
 def signature_models(triton_server: Server, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """Push the strings (BYTES) and vad (scalar, no batch axis) models through the API and deploy them."""
+    from bench.rollout import operator_token
     from controlplane.registry.archive import pack_archive
-    from controlplane.rollout.bench import operator_token
 
     headers = {"Authorization": f"Bearer {operator_token(triton_server.home)}"}
     builds = tmp_path_factory.mktemp("signature-archives")

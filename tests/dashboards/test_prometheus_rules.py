@@ -14,10 +14,10 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
+from alerts.catalogue import METRICS
 from alerts.rules import AGGREGATIONS, LIVE_METRICS, Condition, Rule, duration_text, load_rules
 from alerts.states import Severity
 from controlplane import metrics
-from controlplane.history.query import METRICS
 from dashboards import prometheus
 from serving.batching import RequestOutcome
 

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from controlplane.rollout.bench import Traffic, call, operator_token
+from bench.rollout import Traffic, call, operator_token
 from serving.demo_models import demo_manifest
 from tests.servers import ChatServer, start_server, wait_until
 

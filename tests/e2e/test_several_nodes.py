@@ -31,13 +31,13 @@ moto_server = pytest.importorskip("moto.server", reason="moto is not installed (
 
 from sqlalchemy import func, select  # noqa: E402
 
+from bench.rollout import BODY, call  # noqa: E402
 from controlplane.auth import Role  # noqa: E402
 from controlplane.auth import tokens as token_service  # noqa: E402
 from controlplane.auth import users as user_service  # noqa: E402
 from controlplane.db import make_engine, session_factory  # noqa: E402
 from controlplane.migrate import upgrade  # noqa: E402
 from controlplane.models import Deployment, Lease, OutboxMessage, SlotSample  # noqa: E402
-from controlplane.rollout.bench import BODY, call  # noqa: E402
 from tests.controlplane.console.conftest import pack_model_archive  # noqa: E402
 from tests.pg import create_database, find_bindir, postgres_cluster  # noqa: E402
 from tests.servers import ChatServer, Server, start_server, wait_until  # noqa: E402

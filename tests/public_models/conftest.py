@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from controlplane.rollout.bench import operator_token
+from bench.rollout import operator_token
 from tests.public_models import inputs
 from tests.public_models.catalogue import MAGIKA, OCR_DETECTION, OCR_DIRECTION, SILERO_VAD, PublicModel
 from tests.servers import ROOT, Server, start_server, wait_until

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from serving.bench_public import SUBJECTS, run
+from bench.public import SUBJECTS, run
 
 pytestmark = pytest.mark.slow
 

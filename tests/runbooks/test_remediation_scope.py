@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from alerts.catalogue import METRICS
 from alerts.rules import LIVE_METRICS, Automatic, load_rules
 from controlplane.alerting.evaluator import AlertEvaluator, EvaluatorSettings
-from controlplane.history.query import METRICS
 from controlplane.models import AlertEvent, AlertRecord
 from controlplane.models.runbook import RunbookRun
 from controlplane.runbooks.automatic import alert_runner

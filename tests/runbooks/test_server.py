@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.rollout.bench import call, operator_token
+from bench.rollout import call, operator_token
 from tests.runbooks.conftest import RUNBOOKS, run_script, step_lines
 from tests.servers import start_server
 

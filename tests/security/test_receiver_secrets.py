@@ -14,9 +14,9 @@ from controlplane.alerting.outbox import deliver_due
 from controlplane.alerting.secretbox import KEY_FILE, Keyring, is_sealed, seal_plaintext
 from controlplane.auth import Role
 from controlplane.cli import cli
+from controlplane.clock import utcnow
 from controlplane.config import ConfigError, load_settings
 from controlplane.models import AuditEvent, OutboxMessage, Receiver
-from controlplane.scheduler import utcnow
 from tests.alerts.notifiers.recorder import deliver_local
 from tests.controlplane.conftest import token_for
 from tests.servers import ChatServer

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from alerts.catalogue import METRICS
 from alerts.rules import LIVE_METRICS, load_rules
 from controlplane.alerting.evaluator import AlertEvaluator, EvaluatorSettings
 from controlplane.alerting.outbox import deliver_due
-from controlplane.history.query import METRICS
 from controlplane.models import AlertEvent, AlertRecord, OutboxMessage, Receiver
 from tests.alerts.notifiers.recorder import deliver_local
 from tests.controlplane.history.conftest import T0, latencies, slot_row

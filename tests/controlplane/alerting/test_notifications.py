@@ -16,11 +16,11 @@ import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import select
 
+from alerts.catalogue import METRICS
 from alerts.rules import LIVE_METRICS, Rule, load_rules
 from alerts.states import Severity
 from controlplane.alerting.evaluator import AlertEvaluator, EvaluatorSettings
 from controlplane.alerting.outbox import deliver_due
-from controlplane.history.query import METRICS
 from controlplane.models import AlertEvent, OutboxMessage, Receiver, SilenceRecord
 from tests.alerts.notifiers.recorder import LOOPBACK, RecordingServer, deliver_local
 from tests.controlplane.history.conftest import T0, latencies, slot_row

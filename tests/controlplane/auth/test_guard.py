@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from flask import Blueprint, Flask, jsonify
 
-from controlplane.auth import Role, current_actor, record_event, require_role
-from controlplane.db import get_db
+from controlplane.auth import Role, record_event
+from controlplane.auth.guard import current_actor, require_role
+from controlplane.context import get_db
 from tests.controlplane.auth.conftest import audit_events, bearer
 
 

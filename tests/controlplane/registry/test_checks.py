@@ -56,12 +56,14 @@ def test_scalars_and_state_shapes_are_accepted_without_a_batch_axis() -> None:
 
 def test_with_batching_every_tensor_needs_a_dynamic_first_axis_and_scalars_point_to_max_batch_size_0() -> None:
     message = refusal(manifest(VAD_INPUTS, VAD_OUTPUTS))
-    assert message.startswith("manifest.json: input 'state' must have a dynamic batch axis (-1 at axis 0)")
+    assert message.startswith(
+        "manifest.json: field 'inputs[1].shape': input 'state' must have a dynamic batch axis (-1 at axis 0)"
+    )
     assert "declares batching.max_batch_size 0" in message
     scalar = manifest(
         [{"name": "sr", "datatype": "INT64", "shape": []}], [{"name": "y", "datatype": "FP32", "shape": [-1]}]
     )
-    assert "input 'sr' must have a dynamic batch axis" in refusal(scalar)
+    assert "field 'inputs[0].shape': input 'sr' must have a dynamic batch axis" in refusal(scalar)
     # The existing allowance stays: a fixed 1 with max_batch_size 1.
     one = manifest(
         [{"name": "x", "datatype": "FP32", "shape": [1, 4]}], [{"name": "y", "datatype": "FP32", "shape": [1]}]
@@ -74,14 +76,18 @@ def test_every_datatype_including_bytes_is_accepted_but_strings_have_no_sequence
         tensors = [{"name": "t", "datatype": datatype, "shape": [-1, 2]}]
         assert validate_manifest(manifest(tensors, tensors))
     text = [{"name": "t", "datatype": "BYTES", "shape": [-1, -1], "sequence_axis": 1}]
-    assert "input 't' is BYTES and cannot have a sequence_axis" in refusal(manifest(text, text))
+    assert "field 'inputs[0].sequence_axis': input 't' is BYTES and cannot have a sequence_axis" in refusal(
+        manifest(text, text)
+    )
 
 
 def test_without_a_batch_axis_a_sequence_axis_may_be_axis_0() -> None:
     seq = [{"name": "ids", "datatype": "INT64", "shape": [-1], "sequence_axis": 0, "pad_value": 0}]
     out = [{"name": "y", "datatype": "FP32", "shape": []}]
     assert validate_manifest(manifest(seq, out, batching={"max_batch_size": 0, "sequence_buckets": [8, 16]}))
-    assert "sequence_axis must be an axis from 1 to 0" in refusal(manifest(seq, [{**out[0], "shape": [-1]}]))
+    assert "field 'inputs[0].sequence_axis': must be an axis of input 'ids' from 1 to 0" in refusal(
+        manifest(seq, [{**out[0], "shape": [-1]}])
+    )
 
 
 # -- per-model batching values ------------------------------------------------------------------
@@ -102,15 +108,24 @@ def test_a_manifests_own_batching_values_are_accepted() -> None:
 @pytest.mark.parametrize(
     ("batching", "message"),
     [
-        ({"max_batch_size": -1}, "batching.max_batch_size must be an integer from 0 (no batch axis) to 65536"),
-        ({"max_batch_size": 8, "preferred_batch_sizes": [4, 16]}, "from 1 to max_batch_size 8, not [4, 16]"),
-        ({"preferred_batch_sizes": [8, 4]}, "batching.preferred_batch_sizes must be increasing integers"),
-        ({"max_queue_delay_ms": -1}, "batching.max_queue_delay_ms must be a number from 0 to 60000, not -1"),
-        ({"max_queue_delay_ms": True}, "batching.max_queue_delay_ms must be a number"),
-        ({"max_queue_size": 0}, "batching.max_queue_size must be an integer from 1 to 1000000, not 0"),
-        ({"default_timeout_ms": 0}, "batching.default_timeout_ms must be a number from 1 to 3600000, not 0"),
-        ({"instances": 2.5}, "batching.instances must be an integer from 1 to 64, not 2.5"),
-        ({"max_delay": 3}, "batching must be an object with some of ['default_timeout_ms', 'instances'"),
+        (
+            {"max_batch_size": -1},
+            "field 'batching.max_batch_size': must be a whole number from 0 (no batch axis) to 65536",
+        ),
+        (
+            {"max_batch_size": 8, "preferred_batch_sizes": [4, 16]},
+            "field 'batching.preferred_batch_sizes': must be increasing whole numbers from 1 to max_batch_size 8, not [4, 16]",
+        ),
+        ({"preferred_batch_sizes": [8, 4]}, "field 'batching.preferred_batch_sizes': must be increasing whole numbers"),
+        ({"max_queue_delay_ms": -1}, "field 'batching.max_queue_delay_ms': must be a number from 0 to 60000, not -1"),
+        ({"max_queue_delay_ms": True}, "field 'batching.max_queue_delay_ms': must be a number"),
+        ({"max_queue_size": 0}, "field 'batching.max_queue_size': must be a whole number from 1 to 1000000, not 0"),
+        ({"default_timeout_ms": 0}, "field 'batching.default_timeout_ms': must be a number from 1 to 3600000, not 0"),
+        ({"instances": 2.5}, "field 'batching.instances': must be a whole number from 1 to 64, not 2.5"),
+        (
+            {"max_delay": 3},
+            "field 'batching.max_delay': is not a known field; known: ['default_timeout_ms', 'instances'",
+        ),
     ],
 )
 def test_bad_batching_values_are_refused_by_name(batching: dict, message: str) -> None:
@@ -123,13 +138,26 @@ def test_bad_batching_values_are_refused_by_name(batching: dict, message: str) -
 @pytest.mark.parametrize(
     ("warmup", "message"),
     [
-        ([{"inputs": {}}], "warmup sample 0 inputs must be exactly ['image']"),
-        ([{"inputs": {"image": {"shape": [1, 4, 8, 8]}}}], "has shape [1, 4, 8, 8], declared [-1, 3, -1, -1]"),
-        ([{"inputs": {"image": {"shape": [1, 3, 8, 8], "fill": "noise"}}}], "fill must be one of"),
-        ([{"inputs": {"image": {"shape": [64, 3, 8, 8]}}}], "has batch 64, over batching.max_batch_size 8"),
+        ([{"inputs": {}}], "field 'warmup[0].inputs': must be exactly ['image']"),
+        (
+            [{"inputs": {"image": {"shape": [1, 4, 8, 8]}}}],
+            "field 'warmup[0].inputs.image.shape': has shape [1, 4, 8, 8], declared [-1, 3, -1, -1]",
+        ),
+        (
+            [{"inputs": {"image": {"shape": [1, 3, 8, 8], "fill": "noise"}}}],
+            "field 'warmup[0].inputs.image.fill': must be one of",
+        ),
+        (
+            [{"inputs": {"image": {"shape": [64, 3, 8, 8]}}}],
+            "field 'warmup[0].inputs.image.shape': has batch 64, over batching.max_batch_size 8",
+        ),
         ([{"inputs": {"image": {"shape": [1, 3, 8192, 8192]}}}], "values, over the limit of 16777216"),
-        ([{"inputs": {"image": {"shape": [1, 3, 8, 8]}}, "count": 0}], "count must be an integer from 1 to 16"),
-        ({"image": [1, 3, 8, 8]}, "warmup must be a list of at most 8 samples"),
+        (
+            [{"inputs": {"image": {"shape": [1, 3, 8, 8]}}, "count": 0}],
+            "field 'warmup[0].count': must be a whole number from 1 to 16",
+        ),
+        ({"image": [1, 3, 8, 8]}, "field 'warmup': must be a list"),
+        ([{"inputs": {"image": {"shape": [1, 3, 8, 8]}}}] * 9, "field 'warmup': must have at most 8 items"),
     ],
 )
 def test_bad_warm_up_samples_are_refused_by_name(warmup: Any, message: str) -> None:

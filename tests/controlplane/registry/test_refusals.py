@@ -125,7 +125,7 @@ CASES: dict[str, tuple[Callable[[], bytes], str]] = {
         lambda: make_tar([good_members()[0], member("manifest.json", b"{name: adder")]),
         "manifest.json: is not valid JSON",
     ),
-    "bad model name": (lambda: manifest_with(name="Adder!"), "name 'Adder!' must be a string matching"),
+    "bad model name": (lambda: manifest_with(name="Adder!"), "manifest.json: field 'name': must match ^[a-z0-9]"),
     "manifest inputs the graph lacks": (
         lambda: manifest_with(inputs=[{"name": "features", "datatype": "FP32", "shape": [-1, 4]}], golden=[]),
         "declared inputs ['features'] but the graph has ['x']",
@@ -136,11 +136,11 @@ CASES: dict[str, tuple[Callable[[], bytes], str]] = {
     ),
     "unknown datatype": (
         lambda: manifest_with(inputs=[{"name": "x", "datatype": "FLOAT", "shape": [-1, 4]}], golden=[]),
-        "input 'x' has datatype 'FLOAT'",
+        "manifest.json: field 'inputs[0].datatype': must be one of ['BOOL',",
     ),
     "pad value without a sequence axis": (
         lambda: manifest_with(inputs=[{"name": "x", "datatype": "FP32", "shape": [-1, 4], "pad_value": 0}], golden=[]),
-        "input 'x' has a pad_value but no sequence_axis",
+        "manifest.json: field 'inputs[0].pad_value': input 'x' has a pad_value but no sequence_axis",
     ),
     "external data outside the archive": (lambda: external("../outside.bin"), "outside the archive"),
     "external data at an absolute path": (lambda: external("/etc/passwd"), "not a relative path"),

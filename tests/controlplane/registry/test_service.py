@@ -194,7 +194,7 @@ def test_register_store_imports_each_version_once(
     first = registry.register_store(store)
     assert [(r.name, r.version, created) for r, created in first] == [("mlp", "1", True), ("mlp", "2", True)]
     assert all(r.golden_passed for r, _ in first)
-    assert "skipped broken version 1" in caplog.text and "missing required key(s)" in caplog.text
+    assert "skipped broken version 1" in caplog.text and "manifest.json: field 'inputs': is required" in caplog.text
     again = registry.register_store(store)
     assert [(r.id, created) for r, created in again] == [(r.id, False) for r, _ in first]
     assert not any(p.is_symlink() for p in (home / "registry").rglob("*"))

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from bench.rollout import Traffic, call, operator_token
 from controlplane.models import AuditEvent, EngineStatus, SlotStatus
-from controlplane.rollout.bench import Traffic, call, operator_token
 from tests.runbooks.conftest import RUNBOOKS, run_script, step_lines
 from tests.servers import start_server
 

@@ -19,16 +19,16 @@ from sqlalchemy import Engine as DbEngine  # noqa: E402
 from sqlalchemy import event, text  # noqa: E402
 from sqlalchemy.orm import Session, sessionmaker  # noqa: E402
 
+from controlplane.clock import utcnow  # noqa: E402
 from controlplane.config import load_settings  # noqa: E402
 from controlplane.db import make_engine, session_factory  # noqa: E402
+from controlplane.desiredchanges import PostgresListener, postgres_url  # noqa: E402
 from controlplane.migrate import upgrade  # noqa: E402
 from controlplane.models import EngineStatus, SlotStatus  # noqa: E402
 from controlplane.rollout.audit import system_audit  # noqa: E402
-from controlplane.rollout.changes import PostgresListener, postgres_url  # noqa: E402
 from controlplane.rollout.deployments import first_deploy, undeploy  # noqa: E402
 from controlplane.rollout.enginewide import BATCHING_LIMITS, set_engine_batching  # noqa: E402
 from controlplane.rollout.reconciler import Reconciler  # noqa: E402
-from controlplane.scheduler import utcnow  # noqa: E402
 from serving.engine import Engine  # noqa: E402
 from tests.pg import create_database, find_bindir, postgres_cluster  # noqa: E402
 from tests.servers import wait_until  # noqa: E402

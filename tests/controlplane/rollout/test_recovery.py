@@ -8,10 +8,10 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from bench.rollout import call, operator_token
 from controlplane.app import create_app
 from controlplane.auth import Role
 from controlplane.cli import cli
-from controlplane.rollout.bench import call, operator_token
 from tests.controlplane.conftest import token_for
 from tests.controlplane.rollout.test_rollouts import advance, deploy, settle, versions_served
 from tests.servers import start_server

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from controlplane.rollout.bench import Traffic, call, operator_token
+from bench.rollout import Traffic, call, operator_token
 from tests.servers import start_server
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.rollout.changes import ChangeSignal, DirectoryWatch
+from controlplane.desiredchanges import ChangeSignal, DirectoryWatch
 from tests.servers import wait_until
 
 

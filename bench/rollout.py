@@ -1,4 +1,4 @@
-"""Benchmark: how fast traffic moves on a switch and a rollback (`python -m controlplane.rollout.bench`).
+"""Benchmark: how fast traffic moves on a switch and a rollback (`python -m bench.rollout`).
 
 Starts the real server (gunicorn, two workers, each with its own engine), keeps closed-loop
 clients busy on `mlp`, and repeats: blue-green deploy of v2, then rollback to v1. For each it
@@ -18,12 +18,12 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.engine import Server
 from controlplane.auth import Role
 from controlplane.auth import tokens as token_service
 from controlplane.auth import users as user_service
 from controlplane.db import make_engine, session_factory
 from controlplane.migrate import upgrade
-from serving.bench import Server
 from serving.demo_models import write_demo_models
 
 BODY = json.dumps({"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [0.5] * 64}]}).encode()

@@ -1,6 +1,6 @@
 """Benchmark: publicly released ONNX models through the in-process engine, batching on against batching off.
 
-`python -m serving.bench_public [--seconds 3] [--warmup 1]` (part of `make bench`) runs, at
+`python -m bench.public [--seconds 3] [--warmup 1]` (part of `make bench`) runs, at
 concurrency 32, each model of the pinned wheels the tests serve (`make install` puts them in the
 virtual environment with `pip install --no-deps`):
 
@@ -11,7 +11,7 @@ virtual environment with `pip install --no-deps`):
 - Silero VAD, stateful with a scalar input and `max_batch_size: 0` (never merged: both rows should match).
 
 It prints one table and a ratio per model; the exit code is 0 whatever the numbers say. Bisection's
-cost is measured by `serving.bench` (a bad request needs a model that fails on a value, e.g. an
+cost is measured by `bench.engine` (a bad request needs a model that fails on a value, e.g. an
 out-of-vocabulary id; these four refuse bad input by shape, so a bad request never shares a batch).
 """
 
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from serving.bench import Row, closed_loop, cpu_probe, print_table, window_row
+from bench.measure import Row, closed_loop, cpu_probe, print_table, window_row
 from serving.engine import Engine
 from serving.errors import ServingError
 from serving.settings import BatchingSettings

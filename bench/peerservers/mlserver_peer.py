@@ -1,4 +1,4 @@
-"""MLServer (Seldon, 1.7) as a peer of `serving.bench_peers`: its own venv, a model repository, the command.
+"""MLServer (Seldon, 1.7) as a peer of `bench.peers`: its own venv, a model repository, the command.
 
 MLServer and its dependencies (FastAPI, uvicorn, grpcio, pydantic 2, ...) live in `.venv-mlserver/`
 at the repository root, created on demand with `python -m venv` and pip, with the same onnxruntime

@@ -1,6 +1,6 @@
 """Benchmark part: mixed-shape traffic and bad requests through the in-process engine.
 
-Run by `python -m serving.bench` (or alone with `--mixed-only`). Two measurements:
+Run by `python -m bench.engine` (or alone with `--mixed-only`). Two measurements:
 
 - an OCR-shaped convolutional model (input [-1, 3, 48, -1]) at concurrency 32, every request one
   image of a width drawn from `WIDTHS` (48..640): throughput with batching on (requests merged only
@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from serving.bench import Row, closed_loop, cpu_probe, sample_inputs, window_row
+from bench.measure import Row, closed_loop, cpu_probe, sample_inputs, window_row
 from serving.engine import Engine
 from serving.errors import ServingError
 from serving.runtime import load_session

@@ -1,4 +1,4 @@
-"""Benchmark: what history sampling costs serving throughput (`python -m controlplane.history.overhead`).
+"""Benchmark: what history sampling costs serving throughput (`python -m bench.history_overhead`).
 
 Runs the in-process engine at saturation on the text model, alternating rounds with no sampler
 and rounds with the sampler writing to a real SQLite file ten times faster than the default

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from serving import bench
+from bench import measure
 from serving.codec import decode_request
 from serving.demo_models import demo_manifest
 from serving.tensors import ModelSpec
@@ -20,22 +20,22 @@ def _spec(name: str) -> ModelSpec:
 def test_sample_inputs_and_request_body_pass_the_models_own_checks() -> None:
     for name, expected in (("textcls", (3, 1)), ("mlp", (3, 0))):
         spec = _spec(name)
-        tensors = bench.sample_inputs(spec, 3, 1 if name == "textcls" else 99)
+        tensors = measure.sample_inputs(spec, 3, 1 if name == "textcls" else 99)
         assert spec.check_inputs(tensors) == expected
-        decoded = decode_request(bench.request_body(tensors, spec))
+        decoded = decode_request(measure.request_body(tensors, spec))
         for key, array in tensors.items():
             np.testing.assert_array_equal(decoded.tensors[key], array)
 
 
 def test_text_inputs_use_the_sequence_length_and_a_full_mask() -> None:
-    tensors = bench.sample_inputs(_spec("textcls"), 2, 64)
+    tensors = measure.sample_inputs(_spec("textcls"), 2, 64)
     assert tensors["input_ids"].shape == (2, 64) and tensors["input_ids"].dtype == np.int64
     assert (tensors["attention_mask"] == 1).all() and (tensors["input_ids"] >= 1).all()
 
 
 def test_percentile_ms() -> None:
-    assert bench.percentile_ms([0.001, 0.002, 0.003], 50) == 2.0
-    assert math.isnan(bench.percentile_ms([], 99))
+    assert measure.percentile_ms([0.001, 0.002, 0.003], 50) == 2.0
+    assert math.isnan(measure.percentile_ms([], 99))
 
 
 def test_closed_loop_counts_statuses_batches_and_window() -> None:
@@ -45,8 +45,8 @@ def test_closed_loop_counts_statuses_batches_and_window() -> None:
         status = next(statuses)
         return status, 4 if status == 200 else 0, 0.001
 
-    w = bench.closed_loop([call, call], warmup_s=0.05, seconds=0.2)
-    row = bench.window_row("fake", w, len(w.latencies) / w.executions)
+    w = measure.closed_loop([call, call], warmup_s=0.05, seconds=0.2)
+    row = measure.window_row("fake", w, len(w.latencies) / w.executions)
     assert set(w.statuses) == {200, 429}
     assert row.batch == 4.0 and row.errors == w.statuses[429] and row.requests == sum(w.statuses.values())
     assert row.throughput == w.statuses[200] / 0.2
@@ -54,7 +54,7 @@ def test_closed_loop_counts_statuses_batches_and_window() -> None:
 
 
 def test_mixed_shape_part_measures_both_modes_and_counts_bisection(tmp_path, demo_store) -> None:
-    from serving import bench_shapes
+    from bench import shapes as bench_shapes
 
     spec = ModelSpec.from_manifest(
         json.loads((bench_shapes.write_ocr_model(tmp_path / "ocr" / "1") / "manifest.json").read_text())
@@ -71,12 +71,12 @@ def test_mixed_shape_part_measures_both_modes_and_counts_bisection(tmp_path, dem
 
 def _mlp(demo_store) -> tuple[ModelSpec, bytes, dict]:
     spec = ModelSpec.from_manifest(json.loads((demo_store / "mlp" / "1" / "manifest.json").read_text()))
-    tensors = bench.sample_inputs(spec, 1, 1)
-    return spec, bench.request_body(tensors, spec), tensors
+    tensors = measure.sample_inputs(spec, 1, 1)
+    return spec, measure.request_body(tensors, spec), tensors
 
 
 def test_the_naive_peer_answers_oip_json_with_what_onnx_runtime_computes(demo_store) -> None:
-    from serving.naive_server import create_app
+    from bench.naive_server import create_app
     from serving.runtime import load_session
     from serving.settings import RuntimeSettings
 
@@ -96,7 +96,7 @@ def test_the_naive_peer_answers_oip_json_with_what_onnx_runtime_computes(demo_st
 
 def test_the_peer_bench_drives_a_real_naive_server_and_stops_it(tmp_path, demo_store) -> None:
     """A tiny window against the real gunicorn peer: counted requests, CPU from its process tree, stopped."""
-    from serving import bench_peers
+    from bench import peers as bench_peers
 
     _, body, _ = _mlp(demo_store)
     peer = bench_peers.start_naive({"mlp": demo_store / "mlp" / "1" / "model.onnx"}, 1, 2, tmp_path / "naive.log")
@@ -112,7 +112,7 @@ def test_the_peer_bench_drives_a_real_naive_server_and_stops_it(tmp_path, demo_s
 
 
 def test_the_peer_table_prints_flightdeck_over_each_peer(capsys) -> None:
-    from serving.bench_peers import Cell, print_table
+    from bench.peers import Cell, print_table
 
     cells = [
         Cell("mlp", 32, "flightdeck", 300.0, 2.0, 4.0, 900.0, 1.0, 0, 0.1),
@@ -127,8 +127,8 @@ def test_the_peer_table_prints_flightdeck_over_each_peer(capsys) -> None:
 
 def test_mlserver_gets_flightdecks_batching_and_onnx_runtime_settings(tmp_path) -> None:
     """MLServer's repository: adaptive batching 32 / 2 ms, our worker count and session settings, its ports."""
-    from serving.bench_peers import mlserver_settings
-    from serving.peers import mlserver_peer
+    from bench.peers import mlserver_settings
+    from bench.peerservers import mlserver_peer
     from serving.settings import BatchingSettings, RuntimeSettings, parallelism
 
     adaptive, ort_settings = mlserver_settings()
@@ -145,7 +145,7 @@ def test_mlserver_gets_flightdecks_batching_and_onnx_runtime_settings(tmp_path) 
 
 
 def test_a_venv_that_cannot_be_made_skips_mlserver_with_one_line(tmp_path, capsys) -> None:
-    from serving.peers import mlserver_peer
+    from bench.peerservers import mlserver_peer
 
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")

@@ -1,4 +1,4 @@
-"""An MLServer inference runtime for one .onnx file, for `serving.bench_peers` (MLServer 1.7).
+"""An MLServer inference runtime for one .onnx file, for `bench.peers` (MLServer 1.7).
 
 It runs inside MLServer's own virtual environment (`.venv-mlserver/`, made by the benchmark) and is
 imported there as the top-level module `mlserver_onnx` (the benchmark puts this folder on

@@ -1,10 +1,10 @@
-"""The naive peer for `serving.bench_peers`: the Flask + gunicorn server a user would write in ten lines.
+"""The naive peer for `bench.peers`: the Flask + gunicorn server a user would write in ten lines.
 
 One `session.run` per request, no batching, no queue, no metrics, no request log: Open Inference
 Protocol JSON in and out. It exists only to be measured against; nothing in the engine imports it.
 
     NAIVE_MODELS=mlp=/path/model.onnx NAIVE_INTRA_OP_THREADS=1 \\
-        gunicorn -k gthread -w 2 --threads 8 serving.naive_server:app
+        gunicorn -k gthread -w 2 --threads 8 bench.naive_server:app
 
 The ONNX Runtime settings are Flightdeck's defaults (serving.runtime.session_options), so the two
 servers differ in what they do around `session.run`, not in how ONNX Runtime runs.

@@ -1,7 +1,7 @@
-"""Flightdeck beside a naive server and MLServer, in one run: `python -m serving.bench_peers`.
+"""Flightdeck beside a naive server and MLServer, in one run: `python -m bench.peers`.
 
 Starts (a) Flightdeck as `make run` does (`python -m controlplane serve`, its defaults, a temporary
-HOME, a free loopback port), (b) the naive Flask + gunicorn peer (serving.naive_server: one
+HOME, a free loopback port), (b) the naive Flask + gunicorn peer (bench.naive_server: one
 `session.run` per request) and (c) MLServer 1.7 with adaptive batching (serving/peers: its own
 `.venv-mlserver/`, created on first use; a custom ONNX Runtime runtime; as many inference workers as
 Flightdeck has workers) on the very .onnx files Flightdeck's registry holds, with the same ONNX
@@ -9,7 +9,7 @@ Runtime settings. All are driven closed-loop over HTTP with batch-1 OIP JSON req
 cell and alternating the servers' order, then stopped. `--no-mlserver` leaves MLServer out; so does
 a venv that cannot be created (no network), with one line saying so.
 
-    python -m serving.bench_peers [--workloads mlp,textcls32] [--concurrency 1,32] [--seconds 4] [--idle 10]
+    python -m bench.peers [--workloads mlp,textcls32] [--concurrency 1,32] [--seconds 4] [--idle 10]
                                   [--no-mlserver] [--flightdeck-env FLIGHTDECK_WORKERS=1 ...] [--json PATH]
                                   [--client async|threads]
 
@@ -17,11 +17,11 @@ Before any load it waits for every Flightdeck worker to have loaded its models (
 connections opened earlier would all stay on the first worker), then prints each process's idle
 CPU (% of one core over --idle seconds).
 
-The client is serving.loadgen (`--client async`, the default): one process of its own, uvloop and
+The client is bench.loadgen (`--client async`, the default): one process of its own, uvloop and
 `asyncio.Protocol` keep-alive connections, the request encoded once. The client shares the 2 cores
 with the server under test, so its own CPU caps what a light model can show: against a trivial
 uvicorn server it used 11-12 µs of CPU per request at c=32 (19-30 at c=1), where the threaded
-http.client loop of serving.bench (`--client threads`, kept for comparison) used 58-190 µs at c=32
+http.client loop of bench.engine (`--client threads`, kept for comparison) used 58-190 µs at c=32
 (~65 at c=1) and, at c=32, held the server to 8-12k req/s that the async client drove at 34-50k.
 
 Columns: req/s (200s only), p50/p99 of successful requests, CPU µs per request (utime+stime of the
@@ -46,11 +46,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from serving.bench import CLK_TCK, Window, closed_loop, percentile_ms, request_body, sample_inputs
-from serving.benchprocess import ROOT, ServerProcess, free_port
+from bench.loadgen import Result, drive
+from bench.measure import CLK_TCK, Window, closed_loop, percentile_ms, request_body, sample_inputs
+from bench.peerservers import mlserver_peer
+from bench.process import ROOT, ServerProcess, free_port
 from serving.engine import read_manifest
-from serving.loadgen import Result, drive
-from serving.peers import mlserver_peer
 from serving.runtime import requested_providers
 from serving.settings import BatchingSettings, RuntimeSettings, parallelism
 from serving.tensors import ModelSpec
@@ -194,7 +194,7 @@ def start_naive(models: dict[str, Path], workers: int, threads: int, log: Path) 
         "PYTHONPATH": str(ROOT),
     }
     argv = [sys.executable, "-m", "gunicorn", "-k", "gthread", "-w", str(workers), "--threads", str(threads)]
-    argv += ["-b", f"127.0.0.1:{port}", "--log-level", "warning", "serving.naive_server:app"]
+    argv += ["-b", f"127.0.0.1:{port}", "--log-level", "warning", "bench.naive_server:app"]
     # NOTE: run from the log's folder, or gunicorn would read Flightdeck's ./gunicorn.conf.py.
     return Peer("naive", argv, env, port, log, cwd=log.parent)
 
@@ -246,7 +246,7 @@ def measure(
     peer: Peer, workload: str, model: str, body: bytes, concurrency: int, warmup_s: float, seconds: float,
     client: str = "async",
 ) -> Cell:  # fmt: skip
-    """Drive one server closed-loop (serving.loadgen, or `client="threads"`: http.client threads) and summarise."""
+    """Drive one server closed-loop (bench.loadgen, or `client="threads"`: http.client threads) and summarise."""
     load1 = os.getloadavg()[0]
     path = f"/v2/models/{model}/infer"
 
@@ -289,7 +289,7 @@ def print_table(cells: list[Cell]) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m serving.bench_peers", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.peers", description=__doc__.split("\n\n")[0])
     p.add_argument("--workloads", default="mlp,textcls32", help=f"comma-separated, of {', '.join(WORKLOADS)}")
     p.add_argument("--concurrency", default="1,32", help="comma-separated client concurrencies")
     p.add_argument("--seconds", type=float, default=4.0, help="measurement window per cell")
@@ -304,7 +304,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="run Flightdeck with this setting changed (repeatable); the defaults otherwise")  # fmt: skip
     p.add_argument("--json", type=Path, help="also write the cells as JSON here")
     p.add_argument("--client", choices=["async", "threads"], default="async",
-                   help="async: serving.loadgen in its own process; threads: the old http.client threads")  # fmt: skip
+                   help="async: bench.loadgen in its own process; threads: the old http.client threads")  # fmt: skip
     return p.parse_args(argv)
 
 

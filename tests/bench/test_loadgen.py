@@ -1,4 +1,4 @@
-"""serving.loadgen against a real HTTP server on 127.0.0.1: exact counts, 429s, dropped and closed connections."""
+"""bench.loadgen against a real HTTP server on 127.0.0.1: exact counts, 429s, dropped and closed connections."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from serving.benchprocess import free_port
-from serving.loadgen import Connection, Recorder, drive
+from bench.loadgen import Connection, Recorder, drive
+from bench.process import free_port
 from tests.aio import run_async
 
 BODY = b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}'

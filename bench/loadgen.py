@@ -1,12 +1,12 @@
-"""A closed-loop HTTP/1.1 load generator in its own process, for `serving.bench_peers`: `drive()` starts it.
+"""A closed-loop HTTP/1.1 load generator in its own process, for `bench.peers`: `drive()` starts it.
 
 Why a process of its own, on uvloop with `asyncio.Protocol` connections: the threaded http.client loop
-(`serving.bench.closed_loop`) spends about 100-140 µs of client CPU per request plus GIL contention
+(`bench.engine.closed_loop`) spends about 100-140 µs of client CPU per request plus GIL contention
 between its threads, on the same 2 cores as the server under test; at c=32 on a light model the
 client, not the server, set the req/s. This one pre-encodes the request once and parses only the
 status line and three headers, per response, in one callback.
 
-    python -m serving.loadgen --port P --path /v2/models/mlp/infer --concurrency 32 --warmup 1 --seconds 4 < body
+    python -m bench.loadgen --port P --path /v2/models/mlp/infer --concurrency 32 --warmup 1 --seconds 4 < body
 
 The body comes on stdin; `concurrency` keep-alive connections to 127.0.0.1:P each POST it again as
 soon as the previous response is whole (Content-Length framing). A 429/503 waits min(Retry-After, 0.05) s
@@ -64,7 +64,7 @@ def drive(
     probe: Callable[[], dict[str, Any]], timeout_s: float = 120,
 ) -> Result:  # fmt: skip
     """Run the load generator against 127.0.0.1:`port`, calling `probe` right as its window opens and closes."""
-    argv = [sys.executable, "-m", "serving.loadgen", "--port", str(port), "--path", path]
+    argv = [sys.executable, "-m", "bench.loadgen", "--port", str(port), "--path", path]
     argv += ["--concurrency", str(concurrency), "--warmup", str(warmup_s), "--seconds", str(seconds)]
     child = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -97,7 +97,7 @@ def _expect(child: subprocess.Popen[bytes], line: bytes, prefix: bytes) -> None:
         child.kill()
         err = child.stderr.read()  # type: ignore[union-attr]
         child.wait()
-        raise RuntimeError(f"serving.loadgen said {line[:200]!r}, not {prefix!r}...; stderr:\n{err.decode()[-4000:]}")
+        raise RuntimeError(f"bench.loadgen said {line[:200]!r}, not {prefix!r}...; stderr:\n{err.decode()[-4000:]}")
 
 
 def encode_request(port: int, path: str, body: bytes) -> bytes:
@@ -159,7 +159,7 @@ class Recorder:
         """Sleep `seconds`; raise SystemExit at once if the run failed."""
         done, _ = await asyncio.wait([self.failed], timeout=seconds)
         if done:
-            raise SystemExit(f"serving.loadgen: {self.failed.result()}")
+            raise SystemExit(f"bench.loadgen: {self.failed.result()}")
 
 
 class Connection(asyncio.Protocol):
@@ -288,7 +288,7 @@ def _say(line: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one closed loop on the body read from stdin; print START, END and the JSON result."""
-    p = argparse.ArgumentParser(prog="python -m serving.loadgen", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.loadgen", description=__doc__.split("\n\n")[0])
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--path", required=True)
     p.add_argument("--concurrency", type=int, default=1, help="keep-alive connections, one request in flight each")

@@ -1,6 +1,6 @@
 """The engine's own cost per request: `Engine.infer` against a bare `Session.run`, one caller, in-process.
 
-`python -m serving.bench_infer [--model mlp] [--calls 20000]` prints µs of wall time and of CPU
+`python -m bench.infer [--model mlp] [--calls 20000]` prints µs of wall time and of CPU
 per call for a bare ONNX Runtime run and for `Engine.infer` (validation, routing, the batcher, stats),
 and their difference: what the engine adds to a lightly loaded request.
 """
@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from serving.bench import sample_inputs
+from bench.measure import sample_inputs
 from serving.demo_models import write_demo_models
 from serving.engine import Engine, read_manifest
 from serving.tensors import ModelSpec
@@ -51,7 +51,7 @@ def measure(version_dir: Path, calls: int) -> dict[str, tuple[float, float]]:
 
 def main(argv: list[str] | None = None) -> int:
     """Print µs per call of a bare run and of `Engine.infer`."""
-    parser = argparse.ArgumentParser(prog="python -m serving.bench_infer", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.infer", description=__doc__)
     parser.add_argument("--model", default="mlp", choices=["mlp", "textcls"])
     parser.add_argument("--calls", type=int, default=20000)
     args = parser.parse_args(argv)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from serving.bench_infer import measure
+from bench.infer import measure
 
 
 def test_measure_times_a_bare_run_and_engine_infer_on_the_demo_mlp(demo_store: Path) -> None:
