@@ -57,7 +57,9 @@ class AlertView(Reply):
 
 class TimelineEvent(Reply):
     ts: Timestamp
-    kind: str = Field(description="state, notified, suppressed, acknowledged, runbook, runbook_skipped, runbook_result")
+    kind: str = Field(
+        description="state, notified, suppressed, withdrawn, acknowledged, runbook, runbook_skipped, runbook_result"
+    )
     state: AlertState | None
     value: float | None
     detail: dict[str, Any]
