@@ -33,6 +33,7 @@ GROUP_WAIT = timedelta(seconds=30)  # Alertmanager's defaults
 GROUP_INTERVAL = timedelta(minutes=5)
 REPEAT_INTERVAL = timedelta(hours=4)
 GROUP_BY = ("alertname",)
+LOG_RETENTION = timedelta(hours=120)  # Alertmanager's --data.retention: how long its notification log lasts
 
 
 def go_quote(text: str) -> str:
@@ -222,7 +223,10 @@ def dispatch(
             flush, group = _tick(route, group, by_fp, muted, now)
             if flush is not None:
                 flushes.append(flush)
-        keep = group.held or (group.last_notified_at is not None and group.notified)
+        # A dormant group is kept for its log entry as long as Alertmanager keeps its log (--data.retention).
+        keep = group.held or (
+            group.notified and group.last_notified_at is not None and now - group.last_notified_at < LOG_RETENTION
+        )
         if keep:
             updated[ident] = group
         elif ident in groups:

@@ -154,3 +154,14 @@ def test_a_message_lists_firing_and_resolved_alerts_in_alertmanagers_label_order
     ]
     job = replace(c, labels={**c.labels, "job": "z"})
     assert [x.labels["model"] for x in alertmanager_order([a, job, b])] == ["c", "a", "b"]  # `job` first
+
+
+def test_a_dormant_group_is_forgotten_when_alertmanagers_log_would_be() -> None:
+    tick = Dispatcher(replace(ROUTE, group_wait=timedelta(0)))
+    firing = alert("textcls")
+    assert tick([firing], T0) == [("firing", ["textcls"], [])]
+    muted_end = replace(firing, state=AlertState.RESOLVED)
+    assert tick([muted_end], T0 + timedelta(minutes=5), muted={firing.fingerprint: "silenced"}) == []
+    assert len(tick.groups) == 1  # dormant, for its log entry
+    assert tick([muted_end], T0 + timedelta(hours=119)) == [] and len(tick.groups) == 1
+    assert tick([muted_end], T0 + timedelta(hours=120)) == [] and tick.groups == {}
