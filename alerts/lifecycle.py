@@ -2,7 +2,8 @@
 
 inactive -> pending (condition holds) -> firing (held for the rule's `for`) -> resolved (no longer
 holds). Silences and inhibition (a firing P0 on a model mutes its P1/P2) mute notifications, never
-state, so the timeline stays complete; when and to whom notifications go is `alerts.dispatch`.
+state, so the timeline stays complete; they mute an alert by its labels whatever its state, as
+Alertmanager's mute stages do (a resolved alert under a silence is not told either); when and to whom notifications go is `alerts.dispatch`.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -70,7 +72,7 @@ class Silence:
 
 @dataclass
 class Decision:
-    """One evaluation's result: the new states, which firing alerts are muted and why, what changed."""
+    """One evaluation's result: the new states, which alerts are muted and why (any state), what changed."""
 
     tracked: dict[str, Tracked] = field(default_factory=dict)
     muted: dict[str, str] = field(default_factory=dict)  # fingerprint -> why its notifications are suppressed
@@ -124,18 +126,49 @@ def _advance(old: Tracked, rule: Rule, seen: float | Insufficient | None, now: d
     return replace(old, value=value, reason=reason)
 
 
+INHIBITED = "inhibited by a firing P0 on the same model"
+
+
+def inhibiting_models(alerts: Iterable[Tracked]) -> frozenset[str]:
+    """The models with a firing P0: the sources of the one inhibit rule (P0 -> P1|P2, equal `model`)."""
+    return frozenset(
+        a.labels["model"]
+        for a in alerts
+        if a.state is AlertState.FIRING and a.severity is Severity.P0 and a.labels.get("model")
+    )
+
+
+def mute_reason(labels: Labels, silences: Iterable[Silence], p0_models: frozenset[str], now: datetime) -> str | None:
+    """Why an alert with these labels is muted now (a silence, then inhibition), or None.
+
+    As Alertmanager's MuteStages: the labels alone decide, whatever the alert's state, so a resolved
+    alert under a silence is muted too. The inhibit rule is Alertmanager's `source_matchers:
+    [severity="P0", model=~".+"]`, `target_matchers: [severity=~"P1|P2", model=~".+"]`, `equal: [model]`.
+    """
+    if any(s.mutes(labels, now) for s in silences):
+        return "silenced"
+    if labels.get("severity") in ("P1", "P2") and labels.get("model") in p0_models:
+        return INHIBITED
+    return None
+
+
 def decide(alerts: list[Tracked], before: dict[str, Tracked], silences: list[Silence], now: datetime) -> Decision:
-    """Record state changes and mute firing alerts that a silence or a firing P0 on their model covers."""
+    """Record state changes and mute the alerts (firing or not) that a silence or a firing P0 covers.
+
+    A state change is a change from the remembered state; an alert seen for the first time counts only
+    when it is not inactive, so a first evaluation records (and logs) only what really holds.
+    """
     decision = Decision(tracked={a.fingerprint: a for a in alerts})
-    p0_models = {a.labels.get("model") for a in alerts if a.state is AlertState.FIRING and a.severity is Severity.P0}
+    p0_models = inhibiting_models(alerts)
     for alert in alerts:
         old = before.get(alert.fingerprint)
-        if old is None or old.state is not alert.state:
+        if (old is None and alert.state is not AlertState.INACTIVE) or (
+            old is not None and old.state is not alert.state
+        ):
             decision.changed.append(alert)
-        if alert.state is not AlertState.FIRING:
+        if alert.state is AlertState.INACTIVE:
             continue
-        if any(s.mutes(alert.labels, now) for s in silences):
-            decision.muted[alert.fingerprint] = "silenced"
-        elif alert.severity is not Severity.P0 and alert.labels.get("model") in p0_models - {None}:
-            decision.muted[alert.fingerprint] = "inhibited by a firing P0 on the same model"
+        why = mute_reason(alert.labels, silences, p0_models, now)
+        if why is not None:
+            decision.muted[alert.fingerprint] = why
     return decision

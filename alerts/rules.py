@@ -52,7 +52,7 @@ REQUEST_METRICS = frozenset(
 )
 Aggregation = Literal["avg", "max", "min", "sum", "last"]
 Operator = Literal[">", ">=", "<", "<=", "==", "!="]
-Grouping = Literal["model", "version", "slot", "device"]
+Grouping = Literal["model", "version", "slot", "device", "reason"]  # reason: a client error's kind
 AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
 OPERATORS: tuple[str, ...] = get_args(Operator)
 GROUPINGS: tuple[str, ...] = get_args(Grouping)
@@ -113,6 +113,10 @@ class Condition:
     threshold: float
     by: tuple[str, ...]
     min_requests: int = 0  # fewest requests in the window to judge by (REQUEST_METRICS only); 0: no minimum
+    # Fewest MiB the process must hold (its reserved memory, averaged over the window) before its
+    # fragmentation is judged (`fragmentation` only): a small process's share of idle memory is its fixed
+    # overhead and its warm-up arena, wasting nothing worth a compaction.
+    min_reserved_mib: int = 0
 
     def holds(self, value: float) -> bool:
         """Compare a value with the threshold."""
@@ -214,6 +218,7 @@ class _Condition(Declared):
     threshold: float
     by: list[Grouping] = Field(default_factory=list)
     min_requests: Annotated[int, Field(ge=0)] = 0
+    min_reserved_mib: Annotated[int, Field(ge=0)] = 0
 
     @field_validator("by", mode="before")
     @classmethod
@@ -233,6 +238,10 @@ class _Condition(Declared):
     def _requests_only(self) -> _Condition:
         if self.min_requests and self.metric not in REQUEST_METRICS:
             raise Problem(f"applies only to metrics over requests: {sorted(REQUEST_METRICS)}", at=("min_requests",))
+        if self.min_reserved_mib and self.metric != "fragmentation":
+            raise Problem("applies only to 'fragmentation'", at=("min_reserved_mib",))
+        if "reason" in self.by and (self.metric != "client_error_rate" or self.aggregation != "avg"):
+            raise Problem("'reason' applies only to client_error_rate with aggregation avg", at=("by",))
         return self
 
 
@@ -304,7 +313,14 @@ class _Rule(Declared):
             severity=self.severity,
             why=self.why,
             condition=Condition(
-                c.metric, c.aggregation, c.window, c.op, float(c.threshold), tuple(c.by), c.min_requests
+                c.metric,
+                c.aggregation,
+                c.window,
+                c.op,
+                float(c.threshold),
+                tuple(c.by),
+                c.min_requests,
+                c.min_reserved_mib,
             ),
             for_=self.for_,
             summary=self.summary,

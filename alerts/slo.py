@@ -23,6 +23,7 @@ multi-burn-rate alerting), generated here and evaluated like any other rule.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -59,7 +60,7 @@ class SLO:
     objective: float
     period: timedelta = timedelta(days=30)
     threshold_ms: float | None = None
-    min_requests: int = 1
+    min_requests: int | None = None  # None: `minimum` derives one per burn factor
     runbook: str = "diagnostics"
     runbook_params: dict[str, str] = field(default_factory=dict)
     description: str = ""
@@ -68,6 +69,18 @@ class SLO:
     def budget(self) -> float:
         """The share of requests allowed to be bad (0.001 for 99.9%)."""
         return 1.0 - self.objective
+
+    def minimum(self, factor: float) -> int:
+        """The fewest requests a window needs before a burn above `factor` is judged.
+
+        Declared (`min_requests`), or by default the fewest at which one bad request alone is not
+        a burn above `factor`: 1 / (budget x factor), plus one. For 99.9% that is 70 requests for the
+        14.4x page and 167 for the 6x one; for 99%, 7 and 17. Below it a single failure would page
+        (one in 18 requests is a 55x burn of a 99.9% budget), so the alert says "not enough traffic".
+        """
+        if self.min_requests is not None:
+            return self.min_requests
+        return max(1, math.floor(1 / (self.budget * factor) + 1e-9) + 1)
 
     def words(self) -> str:
         """Say the objective as people do: 'availability 99.9% over 30d', 'latency 99% under 250 ms over 30d'."""
@@ -177,7 +190,7 @@ class _SLO(Declared):
     objective: float
     period: Duration = timedelta(days=30)
     threshold_ms: Annotated[float, Field(gt=0)] | None = None
-    min_requests: Annotated[int, Field(ge=1)] = SLO.min_requests  # the dataclass's default
+    min_requests: Annotated[int, Field(ge=1)] | None = None  # None: derived per alert (SLO.minimum)
     runbook: str = "diagnostics"
     runbook_params: TextMapping = Field(default_factory=dict)
     description: Any = ""

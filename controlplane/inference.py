@@ -30,7 +30,7 @@ from controlplane.config import Settings
 from controlplane.requestlog import log_request
 from serving.codec import HEADER_LENGTH, InferRequest, decode_request, encode_response, select_outputs
 from serving.engine import Engine, Routed
-from serving.errors import InputRejected, InvalidInput, ModelNotFound, Overloaded, PayloadTooLarge, ServingError
+from serving.errors import InvalidInput, Overloaded, PayloadTooLarge, ServingError, client_error_kind
 
 JSON = "application/json"
 BINARY = "application/octet-stream"
@@ -161,10 +161,15 @@ class Call:
         self.record["error"] = exc.message
         if exc.version is not None:  # routed before it failed: the line names the version and slot
             self.record.update(version=exc.version, slot=exc.slot)
-        # InputRejected ran in a slot, whose observer already counted it as a client error.
-        if isinstance(exc, (InvalidInput, ModelNotFound, PayloadTooLarge)) and not isinstance(exc, InputRejected):
-            # Unknown names share one label, so made-up model names cannot grow the series.
-            metrics.record_invalid(self.name if self.name in self.engine.models() else "_unknown")
+        # NOTE: a refusal once routed (its shape, its datatype, an unknown input; or the runtime's) was
+        # counted by the version that refused it; one before (its body, its size, a version not loaded)
+        # counts in the version it would have gone to, so every refused request is a client error there.
+        kind = client_error_kind(exc)
+        if kind is not None and exc.version is None:
+            version, route_key = self.record["version"], self.header("X-Route-Key")
+            if not self.engine.refused(self.name, kind, version, route_key):
+                # Nothing to count it in: unknown names share one label, so made-up ones cannot grow the series.
+                metrics.record_invalid(self.name if self.name in self.engine.models() else "_unknown")
         return error_answer(exc)
 
     def log(self) -> None:

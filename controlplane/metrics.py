@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from controlplane.metricsflush import Buffer, flush_all
+from controlplane.metricsflush import Buffer, Count, flush_all
 from serving.batching import RequestOutcome
 from serving.errors import ModelNotFound
 from serving.telemetry import sample_gpus
@@ -33,8 +33,16 @@ _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 REQUESTS = Counter(
     "flightdeck_inference_requests_total",
     "Inference requests by outcome: success, error (the model or engine failed), client_error (the model refused "
-    "the request's own input), timeout, rejected, invalid (refused before a slot) (nv_inference_request_success/failure).",
+    "the request's own input, before or while it ran), timeout, rejected, invalid (for a model not served: no slot "
+    "to count it in) (nv_inference_request_success/failure).",
     (*_SLOT, "outcome"),
+)
+CLIENT_ERRORS = Counter(
+    "flightdeck_inference_client_errors_total",
+    "Inference requests refused for their own input (the client_error outcome), by kind: malformed, shape, "
+    "datatype, unknown_input, unknown_output, batch_size, too_large, not_found (a version not loaded), runtime "
+    "(ONNX Runtime refused the values).",
+    (*_SLOT, "reason"),
 )
 INFERENCES = Counter(
     "flightdeck_inference_count_total", "Samples inferred, a batch of n counting n (nv_inference_count).", _SLOT
@@ -113,7 +121,8 @@ NOTIFICATION_ATTEMPTS = Counter(
 NOTIFICATIONS = Counter(
     "flightdeck_notifications_total",
     "Alert notification messages by how they ended: sent, failed (given up), superseded (a newer message for "
-    "the same receiver and group replaced it before it went out).",
+    "the same receiver and group replaced it before it went out), withdrawn (its alerts were all silenced or "
+    "inhibited before it went out).",
     ("receiver", "outcome"),
 )
 
@@ -125,7 +134,9 @@ class SlotMetrics:
         labels = (model, version, slot)
         buffer = self._buffer = Buffer(self)
         self._lock = buffer.lock
+        self._labels = labels
         self._outcomes = {o: buffer.count(REQUESTS.labels(*labels, o.value)) for o in RequestOutcome}
+        self._kinds: dict[str, Count] = {}  # client-error kind -> its cell, made at the first one
         self._queue = buffer.observations(QUEUE_SECONDS.labels(*labels))
         self._compute = buffer.observations(COMPUTE_SECONDS.labels(*labels))
         self._total = buffer.observations(REQUEST_SECONDS.labels(*labels))
@@ -139,12 +150,29 @@ class SlotMetrics:
         self._depth = QUEUE_DEPTH.labels(*labels)
 
     def request_done(self, outcome: RequestOutcome, queue_s: float, compute_s: float, total_s: float) -> None:
+        # A client error that ran: the runtime refused its values.
+        kind = self._kind("runtime") if outcome is RequestOutcome.CLIENT_ERROR else None
         with self._lock:
             self._outcomes[outcome].n += 1
+            if kind is not None:
+                kind.n += 1
             if outcome in _RAN:
                 self._queue.observe(queue_s)
                 self._compute.observe(compute_s)
                 self._total.observe(total_s)
+
+    def request_refused(self, kind: str) -> None:
+        count = self._kind(kind)
+        with self._lock:
+            self._outcomes[RequestOutcome.CLIENT_ERROR].n += 1
+            count.n += 1
+
+    def _kind(self, kind: str) -> Count:
+        """The cell of one client-error kind, made at its first use (outside the buffer's lock, which making takes)."""
+        count = self._kinds.get(kind)
+        if count is None:
+            count = self._kinds[kind] = self._buffer.count(CLIENT_ERRORS.labels(*self._labels, kind))
+        return count
 
     def batch_done(self, size: int, real_tokens: int, padded_tokens: int, compute_s: float) -> None:
         with self._lock:
@@ -163,7 +191,7 @@ _RAN = frozenset((RequestOutcome.SUCCESS, RequestOutcome.ERROR, RequestOutcome.C
 
 
 def record_invalid(model: str) -> None:
-    """Count a request refused before it reached a slot (bad input, unknown version)."""
+    """Count a request refused for a model no slot serves (nothing to count it in as a client error)."""
     REQUESTS.labels(model, "", "", "invalid").inc()
 
 

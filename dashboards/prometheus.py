@@ -42,6 +42,7 @@ EXTERNAL_URL = "https://flightdeck.example.com"  # the console's public URL (FLI
 MAX_QUEUE_SIZE = 128  # the engine's default max_queue_size: queue_fill is depth over this
 
 BATCH_SIZE = "flightdeck_inference_batch_size"
+CLIENT_ERRORS = "flightdeck_inference_client_errors_total"
 TOKENS = "flightdeck_sequence_tokens_total"
 QUEUE_DEPTH = "flightdeck_queue_depth"
 ENGINE_READY = "flightdeck_engine_ready"
@@ -143,8 +144,14 @@ def _throughput(rule: Rule, c: Condition, max_queue_size: int) -> Translation:
 
 
 def _outcome_rate(rule: Rule, c: Condition, max_queue_size: int) -> Translation:
-    part = _sum_rate(REQUESTS, f'outcome="{_OUTCOMES[c.metric]}"', c)
     whole = _sum_rate(REQUESTS, 'outcome!="invalid"', c)
+    if "reason" in c.by:  # each kind of client error over every request of the label set
+        rest = tuple(b for b in c.by if b != "reason")
+        part = _sum_rate(CLIENT_ERRORS, "", c)
+        whole = _sum_rate(REQUESTS, 'outcome!="invalid"', Condition(**{**vars(c), "by": rest}))
+        on = ", ".join(label for b in rest for label in LABELS.get(b, (b,)))
+        return f"{part} / on ({on}) group_left {whole}", _counter_note(c, rule)
+    part = _sum_rate(REQUESTS, f'outcome="{_OUTCOMES[c.metric]}"', c)
     return f"{part} / {whole}", _counter_note(c, rule)
 
 

@@ -57,9 +57,9 @@ def bad_share(slo: SLO, window: timedelta) -> str:
     return f"1 - {fast} / {ran}"
 
 
-def _enough(slo: SLO, window: timedelta) -> str:
-    """` and` a minimum number of requests in the window, when the SLO asks for more than one."""
-    if slo.min_requests <= 1:
+def _enough(slo: SLO, window: timedelta, need: int) -> str:
+    """` and` at least `need` requests in the window (Flightdeck's `SLO.minimum`), when that is more than one."""
+    if need <= 1:
         return ""  # no request at all gives 0/0, which no comparison holds
     w, model = duration_text(window), f'model="{slo.model}"'
     counted = (
@@ -67,7 +67,7 @@ def _enough(slo: SLO, window: timedelta) -> str:
         if slo.sli is SLI.AVAILABILITY
         else f"{REQUEST_SECONDS}_count{{{model}}}"
     )
-    return f" and on (model) sum by (model) (increase({counted}[{w}])) >= {slo.min_requests}"
+    return f" and on (model) sum by (model) (increase({counted}[{w}])) >= {need}"
 
 
 def recording_rules(slo: SLO) -> list[dict]:
@@ -75,7 +75,7 @@ def recording_rules(slo: SLO) -> list[dict]:
     return [
         {
             "record": RECORD.format(window=duration_text(window)),
-            "expr": f"({bad_share(slo, window)}) / {_number(slo.budget)}{_enough(slo, window)}",
+            "expr": f"({bad_share(slo, window)}) / {_number(slo.budget)}",
             "labels": {"slo": slo.name},
         }
         for window in ALERT_WINDOWS
@@ -83,12 +83,14 @@ def recording_rules(slo: SLO) -> list[dict]:
 
 
 def alert_expression(rule: BurnRule) -> str:
-    """The alert's PromQL: the lower of the two windows' burn rates, above the factor."""
+    """The alert's PromQL: the lower of the two windows' burn rates, above the factor, each window with enough requests."""
     assert rule.slo is not None, "a BurnRule is made by alerts.slo.burn_rules, with its SLO"
     selector = f'{{slo="{rule.slo.name}"}}'
     long = RECORD.format(window=duration_text(rule.condition.window)) + selector
     short = RECORD.format(window=duration_text(rule.short_window)) + selector
-    return f"(({long} <= {short}) or {short}) > {_number(rule.condition.threshold)}"
+    need = rule.slo.minimum(rule.condition.threshold)
+    enough = _enough(rule.slo, rule.condition.window, need) + _enough(rule.slo, rule.short_window, need)
+    return f"(({long} <= {short}) or {short}) > {_number(rule.condition.threshold)}{enough}"
 
 
 def notes(slos: Iterable[SLO]) -> list[str]:

@@ -149,6 +149,19 @@ class Batcher:
             self._stats.encoded += 1
             self._stats.encode_ns += encode_ns
 
+    def record_refused(self, kind: str) -> None:
+        """Count a request this version refused for its own input before it ran: a client error of `kind`.
+
+        As Triton counts a request that fails validation in its `fail` statistics; the history and the
+        metrics see it as a client error, with its kind.
+        """
+        with self._cond:
+            self._stats.failed += 1
+            self._stats.client_errors += 1
+            self._stats.client_error_kinds[kind] = self._stats.client_error_kinds.get(kind, 0) + 1
+        if self._observer:
+            self._observer.request_refused(kind)
+
     @property
     def queue_depth(self) -> int:
         """Return the number of samples waiting (not yet running)."""
@@ -189,7 +202,9 @@ class Batcher:
         """
         now = self._clock()
         if batch > self.max_batch_size:
-            raise InvalidInput(f"batch size {batch} is over the limit of {self.max_batch_size} for '{self._spec.name}'")
+            raise InvalidInput(
+                f"batch size {batch} is over the limit of {self.max_batch_size} for '{self._spec.name}'", "batch_size"
+            )
         with self._cond:
             if self._closing:
                 raise Unavailable("the engine is draining and admits no new requests", retry_after=1)
@@ -459,6 +474,7 @@ class Batcher:
                 latency_sum_s=(s.success_ns + s.failed_ns) / 1e9,
                 queue_depth_max=self._depth_max,
                 queue_depth_mean=self._depth_area / window if window > 0 else float(self._queued_samples),
+                client_error_kinds=dict(s.client_error_kinds),
             )
             self._depth_max = self._queued_samples
             self._depth_area = 0.0
@@ -545,7 +561,10 @@ class Batcher:
                 else:
                     s.failed += 1
                     s.failed_ns += total_ns
-                    s.client_errors += outcomes[p] is RequestOutcome.CLIENT_ERROR
+                    if outcomes[p] is RequestOutcome.CLIENT_ERROR:
+                        s.client_errors += 1
+                        kind = getattr(results[p], "kind", "runtime")
+                        s.client_error_kinds[kind] = s.client_error_kinds.get(kind, 0) + 1
         if self._observer:
             self._observer.batch_done(size, real, padded, compute)
             for p in batch:

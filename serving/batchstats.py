@@ -24,6 +24,10 @@ class BatchObserver(Protocol):
 
     def request_done(self, outcome: RequestOutcome, queue_s: float, compute_s: float, total_s: float) -> None: ...
 
+    def request_refused(self, kind: str) -> None:
+        """A request refused for its own input before it ran (a client error of `kind`, serving.errors)."""
+        ...
+
     def batch_done(self, size: int, real_tokens: int, padded_tokens: int, compute_s: float) -> None: ...
 
     def queue_changed(self, depth: int) -> None: ...
@@ -41,7 +45,8 @@ class BatcherStats:
     success_ns: int = 0
     failed: int = 0  # every failure that ran, client errors included (Triton's "fail")
     failed_ns: int = 0
-    client_errors: int = 0  # ... of which the request's own input was the cause
+    client_errors: int = 0  # ... of which the request's own input was the cause (refused before it ran, too)
+    client_error_kinds: dict[str, int] = field(default_factory=dict)  # ... by kind (serving.errors.CLIENT_ERROR_KINDS)
     bisect_runs: int = 0  # extra model runs spent splitting failed batches
     timeouts: int = 0
     rejected: int = 0
@@ -68,6 +73,7 @@ class BatcherStats:
             self,
             batch_sizes={size: list(pair) for size, pair in self.batch_sizes.items()},
             latency=self.latency.copy(),
+            client_error_kinds=dict(self.client_error_kinds),
         )
 
 
@@ -90,3 +96,4 @@ class BatcherSnapshot:
     latency_sum_s: float
     queue_depth_max: int
     queue_depth_mean: float
+    client_error_kinds: dict[str, int] = field(default_factory=dict)

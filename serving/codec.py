@@ -93,7 +93,7 @@ def _shape(value: Any, name: str) -> tuple[int, ...]:
     if not isinstance(value, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in value):
         raise InvalidInput(f"input '{name}': 'shape' must be a list of integers")
     if any(d < 0 for d in value):
-        raise InvalidInput(f"input '{name}': shape {value} has a negative dimension")
+        raise InvalidInput(f"input '{name}': shape {value} has a negative dimension", "shape")
     return tuple(value)
 
 
@@ -114,10 +114,12 @@ def _decode_json_strings(data: list, name: str, shape: tuple[int, ...]) -> np.nd
         elif isinstance(item, str):
             values.append(item)
         else:
-            raise InvalidInput(f"input '{name}': data does not fit datatype BYTES: every element must be a string")
+            raise InvalidInput(
+                f"input '{name}': data does not fit datatype BYTES: every element must be a string", "datatype"
+            )
     expected = math.prod(shape)
     if len(values) != expected:
-        raise InvalidInput(f"input '{name}': {len(values)} values given, shape {list(shape)} needs {expected}")
+        raise InvalidInput(f"input '{name}': {len(values)} values given, shape {list(shape)} needs {expected}", "shape")
     return _object_array(values, shape)
 
 
@@ -168,29 +170,34 @@ def _decode_json_data(data: Any, name: str, dtype: np.dtype, shape: tuple[int, .
         inferred = np.array(data)
     except ValueError as exc:  # ragged nesting
         raise InvalidInput(
-            f"input '{name}': data does not fit datatype {datatype}: not a regular array ({exc})"
+            f"input '{name}': data does not fit datatype {datatype}: not a regular array ({exc})", "shape"
         ) from None
     expected = math.prod(shape)
     if inferred.size != expected:
-        raise InvalidInput(f"input '{name}': {inferred.size} values given, shape {list(shape)} needs {expected}")
+        raise InvalidInput(
+            f"input '{name}': {inferred.size} values given, shape {list(shape)} needs {expected}", "shape"
+        )
     if dtype == np.uint64 and inferred.dtype.kind in "fO":
         # NOTE: numpy infers float64 for integers past INT64's max; Python's ints are exact, so keep them.
         exact = np.array(data, dtype=object)
         if all(type(v) is int for v in exact.flat):
             if not all(0 <= v < 2**64 for v in exact.flat):
                 raise InvalidInput(
-                    f"input '{name}': data does not fit datatype UINT64: a value is outside [0, {2**64 - 1}]"
+                    f"input '{name}': data does not fit datatype UINT64: a value is outside [0, {2**64 - 1}]",
+                    "datatype",
                 )
             return exact.astype(dtype).reshape(shape)
     if inferred.size and inferred.dtype.kind not in _ACCEPTED_KINDS[dtype.kind]:
         raise InvalidInput(
-            f"input '{name}': data does not fit datatype {datatype}: it holds {_describe(inferred)} values"
+            f"input '{name}': data does not fit datatype {datatype}: it holds {_describe(inferred)} values",
+            "datatype",
         )
     if dtype.kind in "iu" and inferred.size:
         info = np.iinfo(dtype)
         if inferred.min() < info.min or inferred.max() > info.max:
             raise InvalidInput(
-                f"input '{name}': data does not fit datatype {datatype}: a value is outside [{info.min}, {info.max}]"
+                f"input '{name}': data does not fit datatype {datatype}: a value is outside [{info.min}, {info.max}]",
+                "datatype",
             )
     return inferred.astype(dtype, copy=False).reshape(shape)
 
@@ -233,7 +240,9 @@ def decode_request(body: bytes, header_length: int | None = None) -> InferReques
             raise InvalidInput(f"input '{name}' is given twice")
         datatype = raw.get("datatype")
         if datatype not in DATATYPES:
-            raise InvalidInput(f"input '{name}': unsupported datatype {datatype!r}; supported: {sorted(DATATYPES)}")
+            raise InvalidInput(
+                f"input '{name}': unsupported datatype {datatype!r}; supported: {sorted(DATATYPES)}", "datatype"
+            )
         dtype = DATATYPES[datatype]
         shape = _shape(raw.get("shape"), name)
         input_params = _object(raw.get("parameters") or {}, f"input '{name}' 'parameters'")
@@ -254,7 +263,8 @@ def decode_request(body: bytes, header_length: int | None = None) -> InferReques
         expected = math.prod(shape) * dtype.itemsize
         if size != expected:
             raise InvalidInput(
-                f"input '{name}': binary_data_size {size} bytes, shape {list(shape)} of {datatype} needs {expected}"
+                f"input '{name}': binary_data_size {size} bytes, shape {list(shape)} of {datatype} needs {expected}",
+                "shape",
             )
         tensors[name] = np.frombuffer(
             binary, dtype=dtype.newbyteorder("<"), count=math.prod(shape), offset=offset
@@ -291,7 +301,7 @@ def select_outputs(request: InferRequest, available: list[str]) -> list[OutputRe
         return [OutputRequest(name, request.binary_output) for name in available]
     unknown = [o.name for o in request.outputs if o.name not in available]
     if unknown:
-        raise InvalidInput(f"unknown output(s) {unknown}; model has {available}")
+        raise InvalidInput(f"unknown output(s) {unknown}; model has {available}", "unknown_output")
     return request.outputs
 
 

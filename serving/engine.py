@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from serving.batching import Batcher, BatchObserver, Pending
-from serving.errors import InvalidInput, ModelNotFound, Overloaded, ServingError, Unavailable
+from serving.errors import InvalidInput, ModelNotFound, Overloaded, ServingError, Unavailable, client_error_kind
 from serving.modelconfig import ModelConfig, effective_config
 from serving.runtime import (
     CPU,
@@ -452,6 +452,21 @@ class Engine:
                 raise Unavailable(f"model '{name}' has no slot taking traffic", retry_after=1)
             return model.slots[self._pick(live, route_key)]
 
+    def refused(self, name: str, kind: str, version: str | None = None, route_key: str | None = None) -> bool:
+        """Count a request refused before it reached a version (its body, its size) in the one it would have.
+
+        The version it named, else the one traffic weights (and `route_key`) pick. Return False when
+        there is none (no such model, or nothing taking traffic): nothing was counted.
+        """
+        for wanted in (version, None) if version is not None else (None,):
+            try:
+                loaded = self.resolve(name, wanted, route_key)
+            except ServingError:
+                continue
+            loaded.batcher.record_refused(kind)
+            return True
+        return False
+
     def check_admission(self, name: str) -> None:
         """Refuse at once (Overloaded) when every live slot of a model has a full queue.
 
@@ -525,7 +540,7 @@ class Engine:
             known = [t.name for t in loaded.spec.outputs]
             unknown = [o for o in outputs or () if o not in known]
             if unknown:
-                raise InvalidInput(f"unknown output(s) {unknown}; model has {known}")
+                raise InvalidInput(f"unknown output(s) {unknown}; model has {known}", "unknown_output")
             default = loaded.config.default_timeout_s
             # A client may shorten its deadline, never lengthen it past the server's default.
             timeout = default if timeout_s is None else min(timeout_s, default)
@@ -533,6 +548,9 @@ class Engine:
                 tensors, batch, seq_len, timeout, caller_runs=on_done is None, on_done=on_done
             )
         except ServingError as exc:
+            kind = client_error_kind(exc)
+            if kind is not None:  # refused for its own input before it ran: this version's client error
+                loaded.batcher.record_refused(kind)
             raise _named(exc, loaded) from None
         ticket = Ticket(loaded, pending)
         if version is None:

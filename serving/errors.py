@@ -19,15 +19,36 @@ class ServingError(Exception):
         self.message = message
 
 
+# Why a client's request was refused, as `kind` (a label on the client-error counts of history and metrics).
+CLIENT_ERROR_KINDS = (
+    "malformed",  # the body is not a well-formed inference request (JSON, binary layout, parameters)
+    "shape",  # a tensor's shape (rank, a fixed axis, batch or sequence length agreeing) does not fit
+    "datatype",  # a tensor's datatype or its values do not fit the model's
+    "unknown_input",  # an input the model does not have, or one it needs missing
+    "unknown_output",  # an output asked for that the model does not have
+    "batch_size",  # over the model's batch limit
+    "too_large",  # the body is over the size limit
+    "not_found",  # a version not loaded
+    "runtime",  # ONNX Runtime refused the request's own values (an id outside the vocabulary)
+)
+
+
 class InvalidInput(ServingError):
-    """The request does not match the model's declared inputs."""
+    """The request does not match the model's declared inputs; `kind` says how (`CLIENT_ERROR_KINDS`)."""
 
     status = 400
     reason = "invalid_input"
 
+    def __init__(self, message: str, kind: str = "malformed") -> None:
+        super().__init__(message)
+        self.kind = kind
+
 
 class InputRejected(InvalidInput):
     """The model's runtime refused this request's own values or shapes (an id outside the vocabulary)."""
+
+    def __init__(self, message: str, kind: str = "runtime") -> None:
+        super().__init__(message, kind)
 
 
 class ModelNotFound(ServingError):
@@ -67,6 +88,17 @@ class DeadlineExceeded(ServingError):
 
     status = 504
     reason = "timeout"
+
+
+def client_error_kind(exc: ServingError) -> str | None:
+    """The client-error kind of a refusal, or None when the request was not at fault (overload, a failure)."""
+    if isinstance(exc, InvalidInput):
+        return exc.kind
+    if isinstance(exc, PayloadTooLarge):
+        return "too_large"
+    if isinstance(exc, ModelNotFound):
+        return "not_found"
+    return None
 
 
 class InferenceFailed(ServingError):

@@ -51,7 +51,7 @@ def datatype_of(array: np.ndarray) -> str:
     try:
         return _DTYPE_TO_DATATYPE[array.dtype]
     except KeyError:
-        raise InvalidInput(f"unsupported numpy dtype {array.dtype}") from None
+        raise InvalidInput(f"unsupported numpy dtype {array.dtype}", "datatype") from None
 
 
 def datatype_from_ort(type_string: str) -> str:
@@ -180,10 +180,14 @@ class ModelSpec:
         declared = {t.name: t for t in self.inputs}
         missing = sorted(set(declared) - set(tensors))
         if missing:
-            raise InvalidInput(f"missing input(s) {missing}; model '{self.name}' expects {sorted(declared)}")
+            raise InvalidInput(
+                f"missing input(s) {missing}; model '{self.name}' expects {sorted(declared)}", "unknown_input"
+            )
         extra = sorted(set(tensors) - set(declared))
         if extra:
-            raise InvalidInput(f"unexpected input(s) {extra}; model '{self.name}' expects {sorted(declared)}")
+            raise InvalidInput(
+                f"unexpected input(s) {extra}; model '{self.name}' expects {sorted(declared)}", "unknown_input"
+            )
         batch: int | None = None
         seq_len: int | None = None
         for spec in self.inputs:
@@ -194,7 +198,7 @@ class ModelSpec:
                     batch = array.shape[0]
                 elif array.shape[0] != batch:
                     raise InvalidInput(
-                        f"inputs disagree on batch size: '{spec.name}' has {array.shape[0]}, others {batch}"
+                        f"inputs disagree on batch size: '{spec.name}' has {array.shape[0]}, others {batch}", "shape"
                     )
             if spec.sequence_axis is not None:
                 length = array.shape[spec.sequence_axis]
@@ -202,22 +206,24 @@ class ModelSpec:
                     seq_len = length
                 elif length != seq_len:
                     raise InvalidInput(
-                        f"inputs disagree on sequence length: '{spec.name}' has {length}, others {seq_len}"
+                        f"inputs disagree on sequence length: '{spec.name}' has {length}, others {seq_len}", "shape"
                     )
         if not self.batched:
             batch = 1
         assert batch is not None
         if batch < 1:
-            raise InvalidInput("batch size must be at least 1")
+            raise InvalidInput("batch size must be at least 1", "shape")
         limit = max(1, self.max_batch_size) if max_batch_size is None else max_batch_size
         if batch > limit:
-            raise InvalidInput(f"batch size {batch} is over the limit of {limit} for '{self.name}'")
+            raise InvalidInput(f"batch size {batch} is over the limit of {limit} for '{self.name}'", "batch_size")
         if seq_len is not None:
             if seq_len < 1:
-                raise InvalidInput("sequence length must be at least 1")
+                raise InvalidInput("sequence length must be at least 1", "shape")
             longest = self.max_sequence_length
             if longest is not None and seq_len > longest:
-                raise InvalidInput(f"sequence length {seq_len} is over the limit of {longest} for '{self.name}'")
+                raise InvalidInput(
+                    f"sequence length {seq_len} is over the limit of {longest} for '{self.name}'", "shape"
+                )
         return batch, seq_len or 0
 
 
@@ -226,20 +232,25 @@ def _check_tensor(spec: TensorSpec, array: np.ndarray) -> None:
     if array.dtype.kind in "US":
         raise InvalidInput(
             f"input '{spec.name}' is a numpy {array.dtype} array; BYTES takes an object array of str, "
-            f"and the model expects {spec.datatype}"
+            f"and the model expects {spec.datatype}",
+            "datatype",
         )
     if array.dtype != spec.dtype:
-        raise InvalidInput(f"input '{spec.name}' has datatype {datatype_of(array)}, model expects {spec.datatype}")
+        raise InvalidInput(
+            f"input '{spec.name}' has datatype {datatype_of(array)}, model expects {spec.datatype}", "datatype"
+        )
     if array.dtype.kind == "O" and not all(isinstance(v, str) for v in array.flat):
-        raise InvalidInput(f"input '{spec.name}' is BYTES: every element must be a string")
+        raise InvalidInput(f"input '{spec.name}' is BYTES: every element must be a string", "datatype")
     if array.ndim != len(spec.shape):
         raise InvalidInput(
             f"input '{spec.name}' has shape {list(array.shape)}, model expects rank "
-            f"{len(spec.shape)} shape {list(spec.shape)}"
+            f"{len(spec.shape)} shape {list(spec.shape)}",
+            "shape",
         )
     for axis, (got, want) in enumerate(zip(array.shape, spec.shape)):
         if want >= 0 and got != want:
             raise InvalidInput(
                 f"input '{spec.name}' has shape {list(array.shape)}, model expects "
-                f"{list(spec.shape)} (axis {axis} must be {want})"
+                f"{list(spec.shape)} (axis {axis} must be {want})",
+                "shape",
             )

@@ -16,13 +16,14 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from alerts.lifecycle import Matcher, Silence, Tracked, decide, evaluate
-from alerts.rules import Rule
+from alerts.lifecycle import Silence, Tracked, decide, evaluate
+from alerts.rules import Insufficient, Rule
 from alerts.states import AlertState, Severity
-from controlplane.alerting.notify import queue_notifications, record_suppressed
+from controlplane.alerting.notify import queue_notifications, record_suppressed, withdraw_muted
 from controlplane.alerting.observe import observe
+from controlplane.alerting.silences import active_silences, as_silence
 from controlplane.clock import utcnow
-from controlplane.models import AlertEvent, AlertRecord, RunbookRun, SilenceRecord
+from controlplane.models import AlertEvent, AlertRecord, RunbookRun
 from controlplane.runbooks.automatic import Skipped
 from controlplane.runbooks.states import RunState
 
@@ -33,6 +34,8 @@ FINISHED_RUNS = frozenset(
 )
 # Called for a firing alert whose rule may run its runbook by itself; returns a run id or raises.
 RunAutomatic = Callable[[Rule, AlertRecord], str]
+# What a rule sees at `now`: one value (or Insufficient) per label set; `observe.observe` unless a test scripts it.
+Observe = Callable[[Session, Rule, datetime], dict[tuple[tuple[str, str], ...], float | Insufficient]]
 
 
 @dataclass(frozen=True)
@@ -50,15 +53,8 @@ def _tracked(row: AlertRecord) -> Tracked:
     )  # fmt: skip
 
 
-def as_silence(row: SilenceRecord) -> Silence:
-    """Return the lifecycle's view of a stored silence (an expired one ends when it was expired)."""
-    matchers = tuple(Matcher(m["label"], m["value"], bool(m.get("regex"))) for m in row.matchers)
-    return Silence(matchers, row.starts_at, row.ends_at)
-
-
 def _silences(session: Session, now: datetime) -> list[Silence]:
-    rows = session.scalars(select(SilenceRecord).where(SilenceRecord.ends_at > now, SilenceRecord.expired_by.is_(None)))
-    return [as_silence(r) for r in rows]
+    return [as_silence(r) for r in active_silences(session, now)]
 
 
 def alert_payload(alert: Tracked, rule: Rule | None, settings: EvaluatorSettings, status: str) -> dict:
@@ -66,6 +62,7 @@ def alert_payload(alert: Tracked, rule: Rule | None, settings: EvaluatorSettings
     labels = alert.labels
     summary = rule.render(rule.summary, labels, alert.value) if rule else alert.rule
     description = rule.render(rule.description, labels, alert.value) if rule and rule.description else ""
+    annotations = {"summary": summary, **({"description": description} if description else {})}  # no empty one
     runbook = rule.runbook if rule else None
     params = {
         k: v.format_map(defaultdict(lambda: "?", labels)) for k, v in (rule.runbook_params if rule else {}).items()
@@ -80,7 +77,7 @@ def alert_payload(alert: Tracked, rule: Rule | None, settings: EvaluatorSettings
         "severity": alert.severity.value,
         "status": status,
         "labels": labels,
-        "annotations": {"summary": summary, "description": description},
+        "annotations": annotations,
         "value": alert.value,
         "value_text": value_text,
         "starts_at": (alert.firing_since or alert.pending_since).isoformat()
@@ -104,8 +101,10 @@ class AlertEvaluator:
         engine_ready: Callable[[], bool],
         run_automatic: RunAutomatic | None = None,
         clock: Callable[[], datetime] = utcnow,
+        observer: Observe | None = None,
     ) -> None:
         self._sessions = sessions
+        self._observer = observer
         self.rules = {r.name: r for r in rules}
         self._settings = settings
         self._engine_ready = engine_ready
@@ -115,16 +114,14 @@ class AlertEvaluator:
     def run(self) -> dict[str, int]:
         """One evaluation: state changes, notifications queued, suppressions, automatic runs started."""
         now = self._clock()
-        counts = {"changed": 0, "queued": 0, "suppressed": 0, "automatic": 0, "escalated": 0}
+        counts = {"changed": 0, "queued": 0, "withdrawn": 0, "suppressed": 0, "automatic": 0, "escalated": 0}
         with self._sessions() as session, session.begin():
             rows = {r.fingerprint: r for r in session.scalars(select(AlertRecord))}
             counts["escalated"] = self._follow_runbooks(session, rows.values(), now)
             before = {fp: _tracked(r) for fp, r in rows.items()}
             advanced: list[Tracked] = []
             for rule in self.rules.values():
-                observed = observe(
-                    session, rule, now, engine_ready=self._engine_ready, max_queue_size=self._settings.max_queue_size
-                )
+                observed = self._observe(session, rule, now)
                 advanced += evaluate(rule, observed, {fp: t for fp, t in before.items() if t.rule == rule.name}, now)
             outcome = decide(advanced, before, _silences(session, now), now)
             for alert in outcome.tracked.values():
@@ -146,11 +143,20 @@ class AlertEvaluator:
                 )
             counts["changed"] = len(outcome.changed)
             counts["suppressed"] = record_suppressed(session, outcome, now)
+            session.flush()  # the states just decided are what the withdrawal's inhibition reads
+            counts["withdrawn"] = withdraw_muted(session, now)
             counts["queued"] = queue_notifications(
                 session, outcome, rows, self._payload, self._settings.repeat_interval, self._settings.console_url, now
             )
             counts["automatic"] = self._automatic(session, rows, outcome.tracked, now)
         return counts
+
+    def _observe(self, session: Session, rule: Rule, now: datetime):
+        if self._observer is not None:
+            return self._observer(session, rule, now)
+        return observe(
+            session, rule, now, engine_ready=self._engine_ready, max_queue_size=self._settings.max_queue_size
+        )
 
     def _follow_runbooks(self, session: Session, alerts: Iterable[AlertRecord], now: datetime) -> int:
         """Record how automatic runs ended on their alert; a failed one escalates a firing alert to P0."""

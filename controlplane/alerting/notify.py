@@ -3,8 +3,11 @@
 The evaluator calls this inside its transaction. `alerts.dispatch` decides which groups flush;
 this module loads and stores the groups (`notification_groups`), and queues each flush as one
 outbox message in place of any older message of the same group still waiting (superseded, never
-sent late). A resolved alert is only told to a receiver that may have heard it firing, so a
-silenced, inhibited or overtaken FIRING never gets a RESOLVED of its own.
+sent late). A message that would only say "resolved" goes out only to a receiver that may have
+heard one of its alerts firing, so an overtaken FIRING never gets a RESOLVED of its own.
+`withdraw_muted` takes back a message still waiting whose alerts are all silenced or inhibited
+now (Alertmanager would not send them at its next flush): the evaluator and the outbox both call it,
+and the group's log entry goes back to what the receiver was last really told.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from alerts.dispatch import GROUP_BY, GROUP_INTERVAL, GROUP_WAIT, Flush, Group, Route, dispatch
-from alerts.lifecycle import Decision, Matcher, Tracked
+from alerts.lifecycle import Decision, Matcher, Tracked, inhibiting_models, mute_reason
 from alerts.notifiers.alertmanager import common
-from alerts.states import Severity
+from alerts.states import AlertState, Severity
+from controlplane.alerting.silences import active_silences, as_silence
 from controlplane.metrics import NOTIFICATIONS
 from controlplane.models import AlertEvent, AlertRecord, NotificationGroup, OutboxMessage, Receiver
 
@@ -50,6 +54,8 @@ def record_suppressed(session: Session, outcome: Decision, now: datetime) -> int
     recorded = 0
     for fp, why in outcome.muted.items():
         alert = outcome.tracked[fp]
+        if alert.state is not AlertState.FIRING:
+            continue
         since = alert.firing_since or now
         seen = session.scalar(
             select(AlertEvent.id)
@@ -77,7 +83,17 @@ def queue_notifications(
     routes = [receiver_route(r, repeat_interval) for r in receivers]
     stored = {(g.receiver, g.group_key): g for g in session.scalars(select(NotificationGroup))}
     groups = {
-        ident: Group(g.receiver, g.group_key, dict(g.labels), g.next_flush_at, g.last_notified_at, dict(g.notified))
+        ident: Group(
+            g.receiver,
+            g.group_key,
+            dict(g.labels),
+            g.next_flush_at,
+            g.last_notified_at,
+            dict(g.notified),
+            frozenset(g.resolved or ()),
+            frozenset(g.held or ()),
+            bool(g.flushed),
+        )  # fmt: skip
         for ident, g in stored.items()
     }
     updated, flushes = dispatch(routes, outcome.tracked.values(), outcome.muted, groups, now)
@@ -92,10 +108,11 @@ def queue_notifications(
             session.add(row)
         row.labels, row.next_flush_at = dict(group.labels), group.next_flush_at
         row.last_notified_at, row.notified = group.last_notified_at, dict(group.notified)
+        row.resolved, row.held, row.flushed = sorted(group.resolved), sorted(group.held), group.flushed
     told: dict[tuple[str, str], list[str]] = defaultdict(list)  # (fingerprint, status) -> receivers
     queued = 0
     for flush in flushes:
-        alerts = [payload(a, "firing") for a in flush.firing] + [payload(a, "resolved") for a in flush.resolved]
+        alerts = [payload(alert, status) for alert, status in flush.alerts]
         carried = _enqueue(session, flush, alerts, external_url, now)
         queued += bool(carried)
         for alert in carried:
@@ -112,10 +129,10 @@ def queue_notifications(
 def _enqueue(session: Session, flush: Flush, alerts: list[dict], external_url: str, now: datetime) -> list[dict]:
     """Queue one group's message in place of any older one still waiting; return the alerts it carries.
 
-    NOTE: a message still pending for the same receiver and group is superseded, never sent late.
-    A resolved alert goes out only if the receiver may have heard it firing: the last message
-    delivered to this group listed it firing, or a superseded one whose answer was lost (so it
-    may have arrived) did.
+    NOTE: a message still pending for the same receiver and group is superseded, never sent late; the
+    ends it carried that this one does not are carried on. A message with nothing firing goes out only
+    if the receiver may have heard one of its alerts firing: the last message delivered to this group
+    listed it firing, or a superseded one whose answer was lost (so it may have arrived) did.
     """
     same_group = (OutboxMessage.receiver == flush.receiver, OutboxMessage.group_key == flush.key)
     pending = list(session.scalars(select(OutboxMessage).where(*same_group, OutboxMessage.state == "pending")))
@@ -132,14 +149,14 @@ def _enqueue(session: Session, flush: Flush, alerts: list[dict], external_url: s
             if alert["status"] == "resolved" and alert["fingerprint"] not in carried:
                 alerts.append(alert)
                 carried.add(alert["fingerprint"])
-    alerts = [a for a in alerts if a["status"] == "firing" or a["fingerprint"] in heard_firing]
-    if not alerts:
+    firing = any(a["status"] == "firing" for a in alerts)
+    if not alerts or (not firing and not carried & heard_firing):
         return []
-    status = "firing" if any(a["status"] == "firing" for a in alerts) else "resolved"
+    status = "firing" if firing else "resolved"
     session.add(
         OutboxMessage(
             receiver=flush.receiver, group_key=flush.key, status=status, state="pending", attempts=0,
-            next_attempt_at=now, created_at=now,
+            next_attempt_at=now, created_at=flush.at,
             payload={"receiver": flush.receiver, "group_key": flush.key, "status": status, "alerts": alerts,
                      "group_labels": dict(flush.labels), "common_labels": common([a["labels"] for a in alerts]),
                      "common_annotations": common([a["annotations"] for a in alerts]),
@@ -147,3 +164,61 @@ def _enqueue(session: Session, flush: Flush, alerts: list[dict], external_url: s
         )
     )  # fmt: skip
     return alerts
+
+
+def withdraw_muted(session: Session, now: datetime) -> int:
+    """Withdraw every message still waiting whose alerts are all silenced or inhibited now; return how many.
+
+    Alertmanager mutes at each flush and never sends what is muted, so a FIRING queued before a
+    silence (its receiver down) must not reach the receiver after it. The message is recorded as
+    `withdrawn`, each alert's timeline says so, and its group's log entry goes back to the last
+    message delivered (as Alertmanager's log holds only what was sent), so that what the silence
+    hid is told as new once the silence ends.
+    """
+    pending = list(session.scalars(select(OutboxMessage).where(OutboxMessage.state == "pending")))
+    if not pending:
+        return 0
+    silences = [as_silence(r) for r in active_silences(session, now)]
+    sources = inhibiting_models(_tracked_firing_p0(session))
+    withdrawn = 0
+    for message in pending:
+        alerts = message.payload.get("alerts") or []
+        whys = [mute_reason(a.get("labels", {}), silences, sources, now) for a in alerts]
+        if not alerts or any(why is None for why in whys):
+            continue
+        message.state, message.last_error = "withdrawn", f"withdrawn unsent: its alerts are {whys[0]}"
+        NOTIFICATIONS.labels(message.receiver, "withdrawn").inc()
+        for alert, why in zip(alerts, whys):
+            session.add(AlertEvent(fingerprint=alert["fingerprint"], ts=now, kind="withdrawn", state=alert["status"],
+                                   value=alert.get("value"), detail={"receiver": message.receiver, "why": why,
+                                                                     "message": message.id}))  # fmt: skip
+        _rewind(session, message)
+        withdrawn += 1
+    return withdrawn
+
+
+def _tracked_firing_p0(session: Session) -> list[Tracked]:
+    rows = session.scalars(
+        select(AlertRecord).where(AlertRecord.state == AlertState.FIRING.value, AlertRecord.severity == "P0")
+    )
+    return [Tracked(r.fingerprint, r.rule, Severity(r.severity), dict(r.labels), AlertState(r.state)) for r in rows]
+
+
+def _rewind(session: Session, message: OutboxMessage) -> None:
+    """Set the message's group's log entry back to the last message of the group that was delivered."""
+    group = session.get(NotificationGroup, (message.receiver, message.group_key))
+    if group is None:
+        return
+    last = session.scalars(
+        select(OutboxMessage)
+        .where(
+            OutboxMessage.receiver == message.receiver,
+            OutboxMessage.group_key == message.group_key,
+            OutboxMessage.state == "sent",
+        )
+        .order_by(OutboxMessage.id.desc())
+    ).first()
+    told = last.payload["alerts"] if last is not None else []
+    group.notified = {a["fingerprint"]: a["severity"] for a in told if a["status"] == "firing"}
+    group.resolved = sorted(a["fingerprint"] for a in told if a["status"] == "resolved")
+    group.last_notified_at = last.created_at if last is not None else None

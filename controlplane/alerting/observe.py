@@ -52,7 +52,14 @@ def _slot_metric(session: Session, rule: Rule, now: datetime) -> dict[Key, float
         for row in rows:
             merged[_key({"model": row.model, "version": row.version, "slot": row.slot}, c.by)].add(row)
         seconds = c.window.total_seconds()
-        judged = {k: _judged(rule, agg.value(c.metric, seconds), agg.requests) for k, agg in merged.items()}
+        if "reason" in c.by:  # client errors of each kind over all the requests of the label set
+            judged = {
+                _key({**dict(k), "reason": kind}, c.by): _judged(rule, agg.client_error_share(kind), agg.requests)
+                for k, agg in merged.items()
+                for kind in sorted(agg.client_error_kinds)
+            }
+        else:
+            judged = {k: _judged(rule, agg.value(c.metric, seconds), agg.requests) for k, agg in merged.items()}
         return {k: v for k, v in judged.items() if v is not None}
     points: dict[Key, dict[datetime, SlotAggregate]] = defaultdict(lambda: defaultdict(SlotAggregate))
     for row in rows:
@@ -73,8 +80,9 @@ def _judged(rule: Rule, value: float | None, requests: int) -> float | Insuffici
     return value
 
 
-def _device_metric(session: Session, rule: Rule, now: datetime) -> dict[Key, float]:
+def _device_metric(session: Session, rule: Rule, now: datetime) -> dict[Key, float | Insufficient]:
     c = rule.condition
+    reserved: dict[Key, list[float]] = defaultdict(list)
     wanted_cpu = c.metric in ("fragmentation", "heap_reserved", "rss")
     query = select(DeviceSample).where(DeviceSample.ts > now - c.window, DeviceSample.ts <= now)
     query = query.where(DeviceSample.device == "cpu") if wanted_cpu else query.where(DeviceSample.device != "cpu")
@@ -93,7 +101,20 @@ def _device_metric(session: Session, rule: Rule, now: datetime) -> dict[Key, flo
         }[c.metric]
         if value is not None:
             values[_key({"device": row.device}, c.by)].append(float(value))
-    return {k: v for k, vs in values.items() if (v := _combine(vs, c.aggregation)) is not None}
+            if row.reserved_bytes is not None:
+                reserved[_key({"device": row.device}, c.by)].append(float(row.reserved_bytes))
+    result: dict[Key, float | Insufficient] = {
+        k: v for k, vs in values.items() if (v := _combine(vs, c.aggregation)) is not None
+    }
+    if c.min_reserved_mib:
+        for key in result:
+            mib = sum(reserved[key]) / len(reserved[key]) / 2**20 if reserved[key] else 0.0
+            if mib < c.min_reserved_mib:
+                result[key] = Insufficient(
+                    f"too little memory held to judge: {mib:.0f} MiB reserved, fewer than the {c.min_reserved_mib} "
+                    "MiB needed"
+                )
+    return result
 
 
 def observe(

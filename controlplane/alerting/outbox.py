@@ -2,7 +2,8 @@
 
 A message is committed with the alert change that caused it (evaluator.py); this job only moves
 it from pending to sent or failed (the evaluator marks one superseded when a newer message for
-the same group replaces it). A chat outage or a restart leaves it pending, due again later.
+the same group replaces it), or withdrawn when every alert it carries is muted by the time it is
+due (`notify.withdraw_muted`: Alertmanager never sends what a silence or inhibition covers at the flush). A chat outage or a restart leaves it pending, due again later.
 Order: a receiver's messages for one group go out oldest first, a later one waiting while an
 earlier one retries; when a service says when to come back (Retry-After, a rate-limit code),
 the whole receiver waits, every group, and then resumes oldest first.
@@ -22,6 +23,7 @@ from alerts.notifiers import make_notifier
 from alerts.notifiers.base import Alert, DeliveryResult, Notification, Notifier
 from alerts.notifiers.delivery import deliver
 from alerts.states import Severity
+from controlplane.alerting.notify import withdraw_muted
 from controlplane.alerting.secretbox import Keyring, open_config
 from controlplane.clock import utcnow
 from controlplane.metrics import NOTIFICATION_ATTEMPTS, NOTIFICATIONS
@@ -85,6 +87,9 @@ def deliver_due(
     now = now or utcnow()
     counts = {"sent": 0, "retrying": 0, "failed": 0}
     with sessions() as session:
+        # NOTE: a message whose alerts a silence or a firing P0 mutes now is withdrawn, not sent late.
+        if withdraw_muted(session, now):
+            session.commit()
         waiting = set(session.scalars(select(Receiver.name).where(Receiver.backoff_until > now)))
         pending = list(
             session.scalars(select(OutboxMessage).where(OutboxMessage.state == "pending").order_by(OutboxMessage.id))

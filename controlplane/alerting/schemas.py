@@ -57,7 +57,9 @@ class AlertView(Reply):
 
 class TimelineEvent(Reply):
     ts: Timestamp
-    kind: str = Field(description="state, notified, suppressed, acknowledged, runbook, runbook_skipped, runbook_result")
+    kind: str = Field(
+        description="state, notified, suppressed, withdrawn, acknowledged, runbook, runbook_skipped, runbook_result"
+    )
     state: AlertState | None
     value: float | None
     detail: dict[str, Any]
@@ -328,7 +330,7 @@ class TestResult(Reply):
 
 # --- notifications (the outbox) -------------------------------------------------------------------
 
-NotificationState = Literal["pending", "sent", "failed", "superseded"]
+NotificationState = Literal["pending", "sent", "failed", "superseded", "withdrawn"]
 MAX_NOTIFICATIONS = 1000
 
 
@@ -347,7 +349,10 @@ class NotificationView(Reply):
     receiver: str
     group_key: str = Field(description="Alertmanager's form: route key, then the group's labels")
     status: Literal["firing", "resolved"] = Field(description="firing while any alert of the group fires")
-    state: NotificationState = Field(description="superseded: a newer message for the group replaced it unsent")
+    state: NotificationState = Field(
+        description="superseded: a newer message for the group replaced it unsent; withdrawn: its alerts were all "
+        "silenced or inhibited before it could be delivered"
+    )
     attempts: int = Field(description="delivery attempts so far")
     next_attempt_at: Timestamp | None = Field(description="when it is tried next (pending only)")
     last_error: str = Field(description="the last attempt's error, secrets redacted; empty once sent")

@@ -30,6 +30,7 @@ class SlotAggregate:
     successes: int = 0
     errors: int = 0
     client_errors: int = 0
+    client_error_kinds: dict[str, int] = field(default_factory=dict)  # kind -> count (see SlotSample)
     timeouts: int = 0
     rejections: int = 0
     latency: Histogram = field(default_factory=Histogram)
@@ -47,6 +48,12 @@ class SlotAggregate:
         self.successes += row.successes
         self.errors += row.errors
         self.client_errors += row.client_errors or 0
+        kinds = dict(row.client_error_kinds or {})
+        unnamed = (row.client_errors or 0) - sum(kinds.values())
+        if unnamed > 0:  # a row from before kinds were kept: its client errors were the runtime's
+            kinds["runtime"] = kinds.get("runtime", 0) + unnamed
+        for kind, count in kinds.items():
+            self.client_error_kinds[kind] = self.client_error_kinds.get(kind, 0) + count
         self.timeouts += row.timeouts
         self.rejections += row.rejections
         self.latency.merge(Histogram.from_dict(row.latency_hist))
@@ -64,6 +71,11 @@ class SlotAggregate:
     @property
     def requests(self) -> int:
         return self.successes + self.errors + self.client_errors + self.timeouts + self.rejections
+
+    def client_error_share(self, kind: str) -> float | None:
+        """The share of all requests refused for their own input in this way; None without requests."""
+        requests = self.requests
+        return self.client_error_kinds.get(kind, 0) / requests if requests else None
 
     def value(self, metric: str, seconds: float) -> float | None:
         """Return one metric over an aggregate covering `seconds`; None where undefined."""

@@ -61,6 +61,7 @@ def _roll_up_slots(session: Session, source: int, target: int, cutoff: datetime)
                 successes=agg.successes,
                 errors=agg.errors,
                 client_errors=agg.client_errors,
+                client_error_kinds=dict(sorted(agg.client_error_kinds.items())),
                 timeouts=agg.timeouts,
                 rejections=agg.rejections,
                 latency_hist=agg.latency.to_dict(),

@@ -49,6 +49,11 @@ def slot_row(
         # Triton's `failed` counts both; the history keeps server and client errors apart.
         errors=(after.failed - after.client_errors) - (before.failed - before.client_errors),
         client_errors=after.client_errors - before.client_errors,
+        client_error_kinds={
+            kind: count - before.client_error_kinds.get(kind, 0)
+            for kind, count in sorted(after.client_error_kinds.items())
+            if count - before.client_error_kinds.get(kind, 0)
+        },
         timeouts=after.timeouts - before.timeouts,
         rejections=after.rejected - before.rejected,
         latency_hist=after.latency.minus(before.latency).to_dict(),

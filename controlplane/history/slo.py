@@ -109,15 +109,16 @@ def burn_observation(session: Session, rule: BurnRule, now: datetime) -> dict[Ke
     if counts[0].total == 0:
         return {}  # no traffic at all: no data
     # NOTE: a window with too few requests is no evidence either way: the alert says so rather than judge.
+    need = slo.minimum(rule.condition.threshold)
     for window, c in zip(windows, counts, strict=True):
-        if c.total < slo.min_requests:
-            return {key: too_little_traffic(c.total, slo.min_requests, window)}
+        if c.total < need:
+            return {key: too_little_traffic(c.total, need, window)}
     return {key: min(burn_rate(c.bad, c.total, slo) or 0.0 for c in counts)}
 
 
 def _burning(counts: Counts, slo: SLO, factor: float) -> bool:
     rate = burn_rate(counts.bad, counts.total, slo)
-    return counts.total >= slo.min_requests and rate is not None and rate > factor
+    return counts.total >= slo.minimum(factor) and rate is not None and rate > factor
 
 
 def slo_status(session: Session, slo: SLO, now: datetime) -> dict[str, Any]:

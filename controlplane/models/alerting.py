@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, Index, String, Text
+from sqlalchemy import JSON, Index, String, Text, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from controlplane.models import Base
@@ -88,7 +88,7 @@ class Receiver(Base):
 
 
 class NotificationGroup(Base):
-    """An aggregation group of one receiver: when it is looked at next, what the receiver was told firing."""
+    """An aggregation group of one receiver: its next tick, the alerts it holds, what its last message told."""
 
     __tablename__ = "notification_groups"
 
@@ -98,6 +98,9 @@ class NotificationGroup(Base):
     next_flush_at: Mapped[datetime]
     last_notified_at: Mapped[datetime | None]
     notified: Mapped[dict] = mapped_column(JSON)  # fingerprint -> severity, of alerts told firing
+    resolved: Mapped[list] = mapped_column(JSON, default=list, server_default="[]")  # told resolved
+    held: Mapped[list] = mapped_column(JSON, default=list, server_default="[]")  # fingerprints in the group
+    flushed: Mapped[bool] = mapped_column(default=False, server_default=false())
 
 
 class OutboxMessage(Base):
@@ -114,7 +117,7 @@ class OutboxMessage(Base):
     group_key: Mapped[str] = mapped_column(String(512))
     status: Mapped[str] = mapped_column(String(16))  # firing | resolved
     payload: Mapped[dict] = mapped_column(JSON)  # the Notification, serialised, with its idempotency key
-    state: Mapped[str] = mapped_column(String(16))  # pending | sent | failed | superseded
+    state: Mapped[str] = mapped_column(String(16))  # pending | sent | failed | superseded | withdrawn
     attempts: Mapped[int] = mapped_column(default=0)
     # An attempt whose answer was lost (a timeout, a dropped connection) may have been delivered.
     maybe_delivered: Mapped[bool] = mapped_column(default=False)

@@ -31,6 +31,9 @@ class SlotSample(Base):
     errors: Mapped[int] = mapped_column(default=0)  # server errors: the model or the engine failed
     # Requests the model refused for their own input (a 400); never part of `errors`.
     client_errors: Mapped[int] = mapped_column(default=0, server_default="0")
+    # ... by kind (serving.errors.CLIENT_ERROR_KINDS: shape, datatype, unknown_input, runtime...); None in rows
+    # from before kinds were kept, whose client errors were all the runtime's.
+    client_error_kinds: Mapped[dict | None] = mapped_column(JSON)
     timeouts: Mapped[int] = mapped_column(default=0)
     rejections: Mapped[int] = mapped_column(default=0)
     latency_hist: Mapped[dict] = mapped_column(JSON, default=dict)

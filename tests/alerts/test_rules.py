@@ -6,6 +6,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 
 from alerts.catalogue import METRICS
 from alerts.rules import LIVE_METRICS, RuleError, load_rules, parse_duration
@@ -93,3 +94,37 @@ def test_broken_yaml_duplicates_and_automatic_without_runbook(tmp_path: Path) ->
     with pytest.raises(RuleError, match="x.yaml: must be a mapping with a 'rules' list"):
         load_rules(write(tmp_path, "- r\n"), KNOWN, RUNBOOKS)
     assert parse_duration("90s", "x") == timedelta(seconds=90)
+
+
+def test_min_reserved_mib_is_for_fragmentation_only(tmp_path: Path) -> None:
+    rule = {"name": "x", "severity": "P2", "why": "w", "summary": "s", "for": "0s"}
+    frag = {"metric": "fragmentation", "aggregation": "avg", "window": "5m", "op": ">", "threshold": 0.6}
+    (tmp_path / "r.yaml").write_text(
+        yaml.safe_dump({"rules": [rule | {"condition": frag | {"min_reserved_mib": 512}}]})
+    )
+    (loaded,) = load_rules(tmp_path, METRICS)
+    assert loaded.condition.min_reserved_mib == 512
+    for condition, message in (
+        (frag | {"min_reserved_mib": -1}, "field 'condition.min_reserved_mib': must be at least 0, not -1"),
+        (
+            frag | {"metric": "rss", "min_reserved_mib": 5},
+            "field 'condition.min_reserved_mib': applies only to 'fragmentation'",
+        ),
+    ):
+        (tmp_path / "r.yaml").write_text(yaml.safe_dump({"rules": [rule | {"condition": condition}]}))
+        with pytest.raises(RuleError, match=message):
+            load_rules(tmp_path, METRICS)
+
+
+def test_by_reason_is_for_the_client_error_rate_only(tmp_path: Path) -> None:
+    rule = {"name": "x", "severity": "P2", "why": "w", "summary": "s", "for": "0s"}
+    for condition in (
+        {"metric": "error_rate", "window": "5m", "op": ">", "threshold": 0.1, "by": ["model", "reason"]},
+        {"metric": "client_error_rate", "aggregation": "max", "window": "5m", "op": ">", "threshold": 0.1,
+         "by": ["reason"]},
+    ):  # fmt: skip
+        (tmp_path / "r.yaml").write_text(yaml.safe_dump({"rules": [rule | {"condition": condition}]}))
+        with pytest.raises(
+            RuleError, match="field 'condition.by': 'reason' applies only to client_error_rate with aggregation avg"
+        ):
+            load_rules(tmp_path, METRICS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -150,10 +151,14 @@ def test_a_good_declaration_reads_as_a_fraction_with_defaults() -> None:
     assert (slo.objective, slo.period, slo.min_requests, slo.runbook) == (
         pytest.approx(0.999),
         timedelta(days=30),
-        1,
+        None,
         "diagnostics",
     )
     assert slo.budget == pytest.approx(0.001)
+    # By default a window needs the requests at which one failure alone is no burn above the factor:
+    # one failure in 18 requests is a 55x burn of a 99.9% budget, and must not page.
+    assert [slo.minimum(w.factor(slo.period)) for w in WINDOWS] == [70, 167, 334, 1001]
+    assert replace(slo, min_requests=5).minimum(14.4) == 5
 
 
 def test_files_of_slos_are_checked_at_load(tmp_path: Path) -> None:

@@ -449,7 +449,9 @@ def test_bad_input_disturbs_nothing(client, reference) -> None:
         assert post(client, f"{path}/infer", body).status_code == status, case
     after_bad = mlp_stats(client)
     assert after_bad["execution_count"] == before["execution_count"]
-    assert after_bad["inference_stats"]["fail"]["count"] == 0
+    # Every refusal for mlp (all its cases, the unknown version's too) is one of its client errors; none ran.
+    refused = sum(1 for path, *_ in BAD_REQUESTS.values() if path.startswith(MLP))
+    assert after_bad["inference_stats"]["fail"]["count"] == after_bad["client_errors"] == refused == 11
     assert after_bad["queue_depth"] == 0
     assert client.get("/v2/health/ready").status_code == 200
     x = mlp_array(2, seed=11)
@@ -559,9 +561,9 @@ def test_text_statistics_count_real_and_padded_tokens(client) -> None:
     assert text["padding"] == {"real_tokens": 24, "padded_tokens": 24}
 
 
-def test_metrics_count_successes_and_invalid_requests_for_mlp(client) -> None:
+def test_metrics_count_successes_and_refused_requests_for_mlp(client) -> None:
     success = {"model": "mlp", "version": "1", "slot": "blue", "outcome": "success"}
-    invalid = {"model": "mlp", "version": "", "slot": "", "outcome": "invalid"}
+    invalid = {"model": "mlp", "version": "1", "slot": "blue", "outcome": "client_error"}
     # The Prometheus registry is process-wide: compare against what it said before.
     success_before = requests_total(client, **success)
     invalid_before = requests_total(client, **invalid)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,9 @@ def test_each_slo_has_a_group_of_recorded_burn_rates_then_its_four_alerts(commit
             factor = window.factor(slo.period)
             assert alert["labels"] == {"severity": window.severity.value, "long": duration_text(window.long),
                                        "short": duration_text(window.short), "slo": slo.name}  # fmt: skip
-            assert alert["for"] == "0s" and alert["expr"].endswith(f") > {prometheus.number(factor)}")
+            need = slo.minimum(factor)
+            assert alert["for"] == "0s" and f") > {prometheus.number(factor)} and on (model)" in alert["expr"]
+            assert alert["expr"].endswith(f"[{duration_text(window.short)}])) >= {need}")
             assert f'rate{duration_text(window.long)}{{slo="{slo.name}"}}' in alert["expr"]
             assert f'rate{duration_text(window.short)}{{slo="{slo.name}"}}' in alert["expr"]
             assert {"summary", "description", "runbook_url", "why"} == set(alert["annotations"])
@@ -87,16 +90,21 @@ def test_the_latency_buckets_are_the_exported_ones_and_a_threshold_between_edges
     assert prometheus_slo.notes(SLOS) == []  # the shipped thresholds sit on edges
 
 
-def test_a_minimum_of_requests_is_required_in_the_window_when_declared() -> None:
-    slo = SLO("a", "mlp", SLI.AVAILABILITY, 0.999, min_requests=50)
-    (five, *_) = prometheus_slo.recording_rules(slo)
-    assert five["expr"].endswith(
-        ' and on (model) sum by (model) (increase(flightdeck_inference_requests_total{model="mlp",outcome!="invalid"}[5m])) >= 50'
+def test_a_minimum_of_requests_is_required_in_both_windows_of_an_alert() -> None:
+    declared = SLO("a", "mlp", SLI.AVAILABILITY, 0.999, min_requests=50)
+    (fast, *_) = burn_rules([declared])
+    counted = (
+        'and on (model) sum by (model) (increase(flightdeck_inference_requests_total{model="mlp",outcome!="invalid"}'
     )
+    assert prometheus_slo.alert_expression(fast).endswith(f" {counted}[1h])) >= 50 {counted}[5m])) >= 50")
+    (five, *_) = prometheus_slo.recording_rules(declared)
+    assert "increase" not in five["expr"]  # the burn rate is recorded whatever the traffic; the alerts judge it
+    (_, slow, *_) = burn_rules([replace(declared, min_requests=None)])  # by default: one failure alone is no burn
+    assert prometheus_slo.alert_expression(slow).endswith(f" {counted}[30m])) >= 167")
 
 
 def test_the_alert_value_is_the_lower_of_the_two_burn_rates() -> None:
-    (fast, *_) = burn_rules([SLO("a", "mlp", SLI.AVAILABILITY, 0.999)])
+    (fast, *_) = burn_rules([SLO("a", "mlp", SLI.AVAILABILITY, 0.999, min_requests=1)])
     assert prometheus_slo.alert_expression(fast) == (
         '((model:flightdeck_slo_burn_rate:rate1h{slo="a"} <= model:flightdeck_slo_burn_rate:rate5m{slo="a"})'
         ' or model:flightdeck_slo_burn_rate:rate5m{slo="a"}) > 14.4'

@@ -64,7 +64,7 @@ def test_errors_fire_after_for_queue_one_message_and_run_the_runbook_once(sessio
     assert ev.run()["changed"] == 1  # pending
     clock.now = T0 + timedelta(minutes=3, seconds=30)
     counts = ev.run()
-    assert counts == {"changed": 1, "queued": 1, "suppressed": 0, "automatic": 1, "escalated": 0}
+    assert counts == {"changed": 1, "queued": 1, "withdrawn": 0, "suppressed": 0, "automatic": 1, "escalated": 0}
     with sessions() as s:
         alert = s.scalars(select(AlertRecord)).one()
         assert (alert.state, alert.labels["model"], alert.labels["version"]) == ("firing", "textcls", "1")
@@ -168,3 +168,25 @@ def test_a_failed_automatic_runbook_is_recorded_and_escalates_the_alert_to_p0(se
         assert message.receiver == "pager" and message.payload["alerts"][0]["severity"] == "P0"
     clock.now += timedelta(minutes=1)
     assert ev.run()["escalated"] == 0  # recorded once
+
+
+def test_the_client_error_rule_fires_per_kind_of_refusal(sessions) -> None:
+    (rule,) = [r for r in load_rules(RULES, [*METRICS, *LIVE_METRICS]) if r.name == "high_client_error_rate"]
+    clock = Clock()
+    ev = AlertEvaluator(sessions, [replace(rule, for_=timedelta(0))], EvaluatorSettings(), engine_ready=lambda: True,
+                        clock=clock)  # fmt: skip
+    with sessions() as s, s.begin():
+        old = slot_row(T0 - timedelta(minutes=5), latencies(1, 40), client_errors=10)  # a row from before kinds
+        new = slot_row(T0 - timedelta(minutes=1), latencies(2, 40), client_errors=30)
+        new.client_error_kinds = {"shape": 28, "datatype": 2}
+        s.add_all([old, new])
+    ev.run()
+    with sessions() as s:
+        rows = {r.labels["reason"]: r for r in s.scalars(select(AlertRecord))}
+    # Of 80 requests: 28 refused for their shape (35%) fire; 10 runtime (12.5%) and 2 datatype do not.
+    assert {reason: (row.state, round(row.value, 3)) for reason, row in rows.items()} == {
+        "datatype": ("inactive", 0.025),
+        "runtime": ("inactive", 0.125),
+        "shape": ("firing", 0.35),
+    }
+    assert "of requests refused for their input (shape)" in rows["shape"].summary

@@ -291,3 +291,27 @@ def test_a_receivers_route_is_set_checked_and_shown(client, admin) -> None:
     route = {"group_by": ["alertname", "model"], "group_wait": "0s", "group_interval": "90s", "repeat_interval": "1d"}
     shown = client.put("/api/receivers/chat", json=base | route, headers=admin).get_json()
     assert {k: shown[k] for k in route} == {**route, "group_interval": "90s", "repeat_interval": "1d"}
+
+
+def test_a_waiting_firing_that_a_silence_now_covers_is_withdrawn_and_told_afresh_after_it(sessions) -> None:
+    world = World(sessions, [error_rule()])
+    withdrawn = counter("flightdeck_notifications_total", receiver="chat", outcome="withdrawn")
+    with ChatServer(failures=1, retry_after_s=1) as chat:
+        world.receiver("chat", "webhook", chat.url, group_interval_s=60.0, repeat_interval_s=86400.0)
+        world.traffic(range(0, 12), errors=40)
+        assert world.at(1)["retrying"] == 1  # the receiver is down: the FIRING waits in the outbox
+        with sessions() as s, s.begin():
+            s.add(SilenceRecord(matchers=[{"label": "model", "value": "textcls"}], starts_at=world.now,
+                                author="alice", ends_at=world.now + timedelta(minutes=3), comment="known",
+                                created_at=world.now))  # fmt: skip
+        assert deliver_due(sessions, now=world.now + timedelta(seconds=5), send=deliver_local)["sent"] == 0
+        (message,) = world.outbox()
+        assert message.state == "withdrawn" and "silenced" in message.last_error
+        assert [e.detail["why"] for e in world.timeline("withdrawn")] == ["silenced"]
+        world.at(2)
+        world.at(3)
+        assert chat.received == []  # nothing while the silence holds
+        world.at(4.5)  # the silence ended at 4: the receiver never heard it, so it is news at the next tick
+    (body,) = chat.received
+    assert body["status"] == "firing" and [a["status"] for a in body["alerts"]] == ["firing"]
+    assert counter("flightdeck_notifications_total", receiver="chat", outcome="withdrawn") == withdrawn + 1

@@ -96,3 +96,49 @@ def test_requests_the_model_refuses_are_client_errors_never_server_errors(app, c
     assert stats["inference_stats"]["fail"]["count"] == stats["client_errors"] == 1  # Triton's "fail" counts both
     # Counted once, as the slot's client error: not as a server error, nor again as refused before a slot.
     assert {k: after[k] - before[k] for k in after} == {"client_error": 1.0, "error": 0.0, "invalid": 0.0}
+
+
+def test_every_refused_request_is_a_client_error_of_its_kind_in_history_and_metrics(app, client) -> None:
+    from controlplane.metrics import CLIENT_ERRORS
+
+    services = app.extensions["flightdeck"]
+    services.sampler.sample()
+    labels = {"model": "mlp", "version": "1", "slot": "blue"}
+
+    def by_kind() -> dict[str, float]:
+        flush_all()
+        kinds = ("shape", "datatype", "unknown_input", "malformed", "not_found", "too_large")
+        found = {k: REGISTRY.get_sample_value(f"{CLIENT_ERRORS._name}_total", {**labels, "reason": k}) for k in kinds}
+        found["client_error"] = REGISTRY.get_sample_value(REQUESTS, {**labels, "outcome": "client_error"})
+        found["invalid"] = REGISTRY.get_sample_value(
+            REQUESTS, {"model": "mlp", "version": "", "slot": "", "outcome": "invalid"}
+        )
+        return {k: v or 0.0 for k, v in found.items()}
+
+    def tensor(shape: list[int], datatype: str = "FP32", name: str = "input") -> dict:
+        return {"inputs": [{"name": name, "shape": shape, "datatype": datatype, "data": [0] * (shape[0] * shape[-1])}]}
+
+    before = by_kind()
+    refusals = [
+        ("/v2/models/mlp/infer", tensor([1, 63])),  # shape, refused by the version it was routed to
+        ("/v2/models/mlp/infer", tensor([1, 64], "INT32")),  # datatype
+        ("/v2/models/mlp/infer", tensor([1, 64], name="pixels")),  # unknown_input (and "input" missing)
+        ("/v2/models/mlp/infer", b'{"inputs": ['),  # malformed, refused before the engine
+        ("/v2/models/mlp/versions/9/infer", tensor([1, 64])),  # not_found: a version not loaded
+    ]
+    for path, body in refusals:
+        response = client.post(path, data=body if isinstance(body, bytes) else None, json=None if isinstance(body, bytes) else body,
+                               content_type="application/json")  # fmt: skip
+        assert response.status_code in (400, 404), response.get_json()
+    services.sampler.sample()
+    with services.sessions() as session:
+        (row,) = session.scalars(select(SlotSample).where(SlotSample.model == "mlp", SlotSample.client_errors > 0))
+    assert (row.successes, row.errors, row.client_errors) == (0, 0, 5)
+    assert row.client_error_kinds == {"datatype": 1, "malformed": 1, "not_found": 1, "shape": 1, "unknown_input": 1}
+    after = by_kind()
+    assert {k: after[k] - before[k] for k in after} == {
+        "shape": 1.0, "datatype": 1.0, "unknown_input": 1.0, "malformed": 1.0, "not_found": 1.0, "too_large": 0.0,
+        "client_error": 5.0, "invalid": 0.0,
+    }  # fmt: skip
+    (stats,) = client.get("/v2/models/mlp/stats").get_json()["model_stats"]
+    assert stats["inference_stats"]["fail"]["count"] == stats["client_errors"] == 5 and stats["execution_count"] == 0
