@@ -61,6 +61,10 @@ class BatcherStats:
     batch_sizes: dict[int, list[int]] = field(default_factory=dict)
     # Engine latency (queue + compute) of every request that ran, mergeable across intervals.
     latency: Histogram = field(default_factory=Histogram)
+    # Compute time of each batch, per batch size: the canary judge compares versions at matching sizes.
+    compute: dict[int, Histogram] = field(default_factory=dict)
+    # Predicted labels of successful answers: output -> label -> samples (serving.predictions, bounded).
+    labels: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def copy(self) -> BatcherStats:
         """Return an independent copy (the caller holds the lock that guards this one)."""
@@ -68,6 +72,8 @@ class BatcherStats:
             self,
             batch_sizes={size: list(pair) for size, pair in self.batch_sizes.items()},
             latency=self.latency.copy(),
+            compute={size: h.copy() for size, h in self.compute.items()},
+            labels={output: dict(counts) for output, counts in self.labels.items()},
         )
 
 
@@ -90,3 +96,5 @@ class BatcherSnapshot:
     latency_sum_s: float
     queue_depth_max: int
     queue_depth_mean: float
+    compute: dict[int, Histogram] = field(default_factory=dict)
+    labels: dict[str, dict[str, int]] = field(default_factory=dict)
