@@ -526,7 +526,7 @@ class Batcher:
     ) -> None:
         real, padded = isolated.real_tokens, isolated.padded_tokens
         outcomes = {p: _outcome(results[p]) for p in batch}
-        predicted: dict[tuple[str, str], int] = {}
+        predicted: dict[tuple[str, object], int] = {}
         for p in batch:  # NOTE: outside the lock: an arg-max per answer, a few microseconds
             if outcomes[p] is RequestOutcome.SUCCESS:
                 count_labels(results[p], predicted)  # type: ignore[arg-type]

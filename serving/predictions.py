@@ -18,17 +18,29 @@ MAX_LABELS = 32
 OTHER = "other"
 
 
-def predicted_labels(outputs: Mapping[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:
+def _labels_of(array: object) -> list | None:
+    """Return one label per sample of an output (Python values), or None if it has no labels."""
+    if not isinstance(array, np.ndarray):
+        return None
+    kind = array.dtype.kind
+    if array.ndim == 2:
+        if kind == "f":
+            return array.argmax(axis=1).tolist() if array.shape[1] >= 2 else None
+        if array.shape[1] == 1 and kind in "iubOSU":
+            return array[:, 0].tolist()
+        return None
+    if array.ndim == 1 and kind in "iubOSU":
+        return array.tolist()
+    return None
+
+
+def predicted_labels(outputs: Mapping[str, np.ndarray]) -> list[tuple[str, list]]:
     """Return (output, labels of each sample) for every output that has labels; [] for none."""
     found = []
     for name, array in outputs.items():
-        if not isinstance(array, np.ndarray) or array.ndim == 0:
-            continue
-        kind = array.dtype.kind
-        if kind == "f" and array.ndim == 2 and array.shape[1] >= 2:
-            found.append((name, array.argmax(axis=1)))
-        elif kind in "iuSUOb" and (array.ndim == 1 or (array.ndim == 2 and array.shape[1] == 1)):
-            found.append((name, array.reshape(-1)))
+        labels = _labels_of(array)
+        if labels is not None:
+            found.append((name, labels))
     return found
 
 
@@ -36,28 +48,31 @@ def label_name(value: object) -> str:
     """Return a label's name as the history and the metrics keep it."""
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")[:64]
-    if isinstance(value, np.generic):
-        value = value.item()
     return str(value)[:64]
 
 
-def count_labels(outputs: Mapping[str, np.ndarray], into: dict[tuple[str, str], int]) -> None:
-    """Add the predicted labels of one answer to `into` ((output, label) -> count)."""
-    for name, labels in predicted_labels(outputs):
-        if labels.size == 1:
-            key = (name, label_name(labels[0]))
-            into[key] = into.get(key, 0) + 1
+def count_labels(outputs: Mapping[str, np.ndarray], into: dict[tuple[str, object], int]) -> None:
+    """Add the predicted labels of one answer to `into` ((output, raw label) -> count).
+
+    NOTE: per request, on the executor's thread: an arg-max and a dict update per sample, no
+    np.unique and no string formatting (`add_bounded` names the labels once per batch).
+    """
+    for name, array in outputs.items():
+        labels = _labels_of(array)
+        if labels is None:
             continue
-        values, counts = np.unique(labels, return_counts=True)
-        for value, count in zip(values, counts, strict=True):
-            key = (name, label_name(value))
-            into[key] = into.get(key, 0) + int(count)
+        for value in labels:
+            key = (name, value)
+            into[key] = into.get(key, 0) + 1
 
 
-def add_bounded(totals: dict[str, dict[str, int]], batch: Mapping[tuple[str, str], int]) -> dict[tuple[str, str], int]:
+def add_bounded(
+    totals: dict[str, dict[str, int]], batch: Mapping[tuple[str, object], int]
+) -> dict[tuple[str, str], int]:
     """Add a batch's label counts into a version's totals, bounded; return them as counted (some as OTHER)."""
     counted: dict[tuple[str, str], int] = {}
-    for (output, label), count in batch.items():
+    for (output, raw), count in batch.items():
+        label = label_name(raw)
         labels = totals.setdefault(output, {})
         if label not in labels and len(labels) >= MAX_LABELS:
             label = OTHER

@@ -96,3 +96,37 @@ def test_requests_the_model_refuses_are_client_errors_never_server_errors(app, c
     assert stats["inference_stats"]["fail"]["count"] == stats["client_errors"] == 1  # Triton's "fail" counts both
     # Counted once, as the slot's client error: not as a server error, nor again as refused before a slot.
     assert {k: after[k] - before[k] for k in after} == {"client_error": 1.0, "error": 0.0, "invalid": 0.0}
+
+
+def test_predicted_labels_are_kept_per_version_and_exported_with_compute_time_per_batch_size(app, client) -> None:
+    services = app.extensions["flightdeck"]
+    services.sampler.sample()
+    rows = [[0.5] * 64, [-0.5] * 64, [0.25 * (i % 5) for i in range(64)], [1.0] * 32 + [-1.0] * 32]
+    body = {"inputs": [{"name": "input", "shape": [4, 64], "datatype": "FP32", "data": sum(rows, [])}]}
+
+    def exported() -> dict[str, float]:
+        flush_all()
+        found = {}
+        for metric in REGISTRY.collect():
+            for sample in metric.samples:
+                if (
+                    sample.name == "flightdeck_prediction_label_total"
+                    and sample.labels["model"] == "mlp"
+                    and sample.labels["version"] == "1"
+                ):
+                    assert set(sample.labels) == {"model", "version", "output", "label"}
+                    found[sample.labels["label"]] = sample.value
+        return found
+
+    before = exported()
+    answer = client.post("/v2/models/mlp/infer", json=body).get_json()
+    scores = answer["outputs"][0]["data"]
+    top = [str(max(range(10), key=lambda c, r=r: scores[r * 10 + c])) for r in range(4)]  # arg-max per sample
+    services.sampler.sample()
+    with services.sessions() as session:
+        row = session.scalars(select(SlotSample).where(SlotSample.model == "mlp", SlotSample.successes > 0)).one()
+    expected = {label: top.count(label) for label in set(top)}
+    assert row.label_counts == {"probabilities": expected}
+    assert list(row.compute_hist) == ["4"] and sum(row.compute_hist["4"].values()) == 1  # one batch of four
+    after = exported()
+    assert {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)} == expected

@@ -1,0 +1,1 @@
+"""Benchmarks that print their numbers and ratios in one run (`make bench` runs them)."""
