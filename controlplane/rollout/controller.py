@@ -126,17 +126,18 @@ def _analyse_step(
     candidate, stable, covered = _window(session, rollout, deployment, since)
     agreement = (candidate.shadow_agreed, candidate.shadow_compared) if candidate.shadow_compared else None
     early = elapsed < rollout.pause_s
+    share = rollout.steps[rollout.step_index]
     if early:
         if not candidate.requests:
             return []
-        result = analyse(candidate, stable, policy, agreement, alpha=policy.alpha * EARLY_ALPHA_SHARE)
+        result = analyse(candidate, stable, policy, agreement, alpha=policy.alpha * EARLY_ALPHA_SHARE, share=share)
         if result.verdict is not Verdict.FAIL:
             return []
     else:
         seen_s = (covered - since).total_seconds() if covered is not None else -1.0
         if seen_s < rollout.pause_s and elapsed < rollout.pause_s + 2 * settings.history_interval_s:
             return []  # the rows of the whole pause are still to come
-        result = analyse(candidate, stable, policy, agreement)
+        result = analyse(candidate, stable, policy, agreement, share=share)
     window = {
         "start": since.isoformat(), "end": covered.isoformat() if covered else None,
         "seconds": round((covered - since).total_seconds(), 3) if covered else 0.0,

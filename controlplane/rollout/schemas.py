@@ -46,6 +46,11 @@ class PolicyBody(RequestBody):
     max_slowdown: float = Field(
         AnalysisPolicy.max_slowdown, ge=1, description="... nor one under this ratio of compute time"
     )
+    max_slowdown_unmatched: float = Field(
+        AnalysisPolicy.max_slowdown_unmatched,
+        ge=1,
+        description="... at a step whose traffic shares differ (a cold canary)",
+    )
     min_batches: int = Field(
         AnalysisPolicy.min_batches, ge=1, description="canary batches at shared batch sizes for a latency verdict"
     )

@@ -89,13 +89,26 @@ def test_a_version_2_5x_slower_per_sample_is_caught_though_its_p99_is_not_higher
     canary = recorded(3000, sizes=CANARY_SIZES, seed=1, slowdown=2.5, queue_ms=0.1)
     stable = recorded(27000, sizes=STABLE_SIZES, seed=2, queue_ms=2.0)  # its queue hides the difference
     assert not old_rule_fails(canary, stable)
-    result = analyse(canary, stable, POLICY)
+    result = analyse(canary, stable, POLICY, share=50)
     assert result.verdict is Verdict.FAIL
     assert "compute time" in result.reasons[0] and "at the same batch sizes" in result.reasons[0]
     latency = next(e for e in result.evidence if e["check"] == "latency")
     assert latency["outcome"] == "fail" and latency["p_value"] < 1e-9
     assert 2.2 < latency["effect"]["ratio"] < 2.8 and latency["effect"]["superiority"] > 0.95
     assert latency["floors"]["min_difference_ms"] == POLICY.latency_floor
+
+
+def test_at_a_small_share_only_a_gross_slowdown_fails_since_a_rarely_used_slot_runs_cold() -> None:
+    stable = recorded(27000, sizes=STABLE_SIZES, seed=30)
+    cold = recorded(3000, sizes=CANARY_SIZES, seed=31, slowdown=1.7)  # what the lab measured for an equal version
+    at_ten = analyse(cold, stable, POLICY, share=10)
+    latency = next(e for e in at_ten.evidence if e["check"] == "latency")
+    assert at_ten.verdict is Verdict.PASS and latency["p_value"] < 1e-9  # significant, but not like with like
+    assert latency["floors"]["shares_matched"] is False and latency["floors"]["max_slowdown"] == 3.0
+    assert analyse(cold, stable, POLICY, share=50).verdict is Verdict.FAIL  # at equal shares it would be
+    gross = recorded(3000, sizes=CANARY_SIZES, seed=32, slowdown=4.0)
+    assert analyse(gross, stable, POLICY, share=10).verdict is Verdict.FAIL
+    assert analyse(cold, stable, POLICY, share=0).verdict is Verdict.FAIL  # a shadow step mirrors all traffic
 
 
 def test_a_shift_under_the_practical_floors_never_fails() -> None:
