@@ -36,6 +36,8 @@ bench: install
 	$(PY) -m serving.bench_public
 	$(PY) -m controlplane.history.overhead
 	$(PY) -m controlplane.rollout.bench
+	$(PY) -m bench.label_cost
+	$(PY) -m bench.canary_lab --loads 4,16 --repeats 2  # the issue's goal, 20 A/A rollouts: --repeats 10
 
 lint: install
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .

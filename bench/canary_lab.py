@@ -270,12 +270,12 @@ def _line(load: int, r: dict) -> str:
 
 def _report(results: list[tuple[int, dict]], steps: list[int], pause_s: float) -> None:
     print(f"\nConfusion matrix ({len(results)} rollouts, steps {steps}, {pause_s:g} s pause):")
-    print(f"{'':<38}{'promoted':>10}{'rolled back':>13}{'paused':>8}")
+    print(f"{'':<42}{'promoted':>10}{'rolled back':>13}{'paused':>8}")
     for version, what, expected in CASES:
         row = Counter(r["outcome"] for _, r in results if r["version"] == version)
         if row:
             print(
-                f"  v{version} {what:<34}{row['promote']:>10}{row['rollback']:>13}{row['paused']:>8}  (expected: {expected})"
+                f"  v{version} {what:<38}{row['promote']:>10}{row['rollback']:>13}{row['paused']:>8}  (expected: {expected})"
             )
     aa = [r for _, r in results if EXPECTED[r["version"]] == "promote"]
     ab = [r for _, r in results if EXPECTED[r["version"]] == "rollback"]

@@ -18,7 +18,7 @@ MAX_LABELS = 32
 OTHER = "other"
 
 
-def _labels_of(array: object) -> list | None:
+def labels_of(array: object) -> list | None:
     """Return one label per sample of an output (Python values), or None if it has no labels."""
     if not isinstance(array, np.ndarray):
         return None
@@ -38,7 +38,7 @@ def predicted_labels(outputs: Mapping[str, np.ndarray]) -> list[tuple[str, list]
     """Return (output, labels of each sample) for every output that has labels; [] for none."""
     found = []
     for name, array in outputs.items():
-        labels = _labels_of(array)
+        labels = labels_of(array)
         if labels is not None:
             found.append((name, labels))
     return found
@@ -58,7 +58,7 @@ def count_labels(outputs: Mapping[str, np.ndarray], into: dict[tuple[str, object
     np.unique and no string formatting (`add_bounded` names the labels once per batch).
     """
     for name, array in outputs.items():
-        labels = _labels_of(array)
+        labels = labels_of(array)
         if labels is None:
             continue
         for value in labels:

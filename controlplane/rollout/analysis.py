@@ -46,7 +46,8 @@ class AnalysisPolicy:
     min_batches: int = 30  # candidate batches at batch sizes both slots ran, for a latency verdict
     max_label_divergence: float = 0.05  # Jensen-Shannon divergence (bits) of predicted labels
     min_labels: int = 200  # candidate predictions needed before their distribution is judged
-    min_agreement: float = 0.99  # shadow mode: share of compared outputs that agree
+    # Shadow mode: share of mirrored requests whose answers agree (the same predicted label for a classifier).
+    min_agreement: float = 0.9
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None, *, stored: bool = False) -> AnalysisPolicy:

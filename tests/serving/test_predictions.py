@@ -31,3 +31,15 @@ def test_labels_past_the_bound_count_as_other() -> None:
     assert counted[("out", OTHER)] == 5
     add_bounded(totals, {("out", "0"): 2, ("out", "new"): 1})  # known labels keep counting by name
     assert totals["out"]["0"] == 3 and totals["out"][OTHER] == 6
+
+
+def test_shadow_answers_agree_on_the_same_predicted_label_and_other_outputs_within_tolerance() -> None:
+    from serving.engine import outputs_agree
+
+    live = {"probabilities": np.array([[0.1, 0.7, 0.2]], dtype=np.float32)}
+    retrained = {"probabilities": np.array([[0.2, 0.5, 0.3]], dtype=np.float32)}  # other scores, same class
+    broken = {"probabilities": np.array([[0.9, 0.05, 0.05]], dtype=np.float32)}
+    assert outputs_agree(live, retrained) and not outputs_agree(live, broken)
+    value = {"score": np.array([[1.0]], dtype=np.float32)}  # no labels: compared within tolerance
+    assert outputs_agree(value, {"score": np.array([[1.00001]], dtype=np.float32)})
+    assert not outputs_agree(value, {"score": np.array([[1.1]], dtype=np.float32)})
