@@ -189,9 +189,9 @@ def test_over_the_slo_fails_and_shadow_disagreement_fails() -> None:
     result = analyse(slow, recorded(5000, sizes={1: 1.0}, seed=24, cost_ms=700), POLICY)
     assert result.verdict is Verdict.FAIL and "over the SLO of 1000 ms" in result.reasons[0]
     shadow = analyse(
-        recorded(500, sizes={1: 1.0}, seed=25), recorded(5000, sizes={1: 1.0}, seed=26), POLICY, (950, 1000)
+        recorded(500, sizes={1: 1.0}, seed=25), recorded(5000, sizes={1: 1.0}, seed=26), POLICY, (850, 1000)
     )
-    assert shadow.verdict is Verdict.FAIL and "agree 95.00%" in shadow.reasons[0]
+    assert shadow.verdict is Verdict.FAIL and "agree 85.00%" in shadow.reasons[0]
 
 
 def test_policies_refuse_unknown_and_retired_settings_but_read_stored_ones() -> None:
