@@ -1,1 +1,1 @@
-"""Benchmarks that print their numbers and ratios in one run (`make bench` runs them)."""
+"""Benchmarks, the load generator and the peer servers they compare Flightdeck with: beside the product, not in it."""
