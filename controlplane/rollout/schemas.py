@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from controlplane.contract import Reply, RequestBody, Timestamp
 from controlplane.errors import ApiError
@@ -23,6 +23,8 @@ Rate = Annotated[float, Field(ge=0, le=1)]
 
 class PolicyBody(RequestBody):
     """Analysis thresholds for a canary's steps; a setting left out keeps its default."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)  # stored as JSON: finite only
 
     min_requests: int = Field(AnalysisPolicy.min_requests, ge=0, description="fewer canary requests: inconclusive")
     alpha: float = Field(
