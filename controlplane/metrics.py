@@ -65,8 +65,8 @@ TOKENS = Counter(
 )
 PREDICTIONS = Counter(
     "flightdeck_prediction_label_total",
-    "Samples answered per predicted label: the arg-max of a classifier's scores, or a label output's value "
-    "(per output, the first 32 labels a version answers, then 'other').",
+    "Samples answered per predicted label: the arg-max of a classifier's scores, a label output's value, or the "
+    "power-of-two bucket of a one-value output (per output, the first 32 labels a version answers, then 'other').",
     ("model", "version", "output", "label"),
 )
 QUEUE_DEPTH = Gauge(
