@@ -86,6 +86,11 @@ def _round(value: float | None, digits: int = 6) -> float | None:
     return None if value is None else round(value, digits)
 
 
+def _sig(value: float | None) -> float | None:
+    """Three significant digits: a p-value of 3e-20 stays 3e-20, not 0."""
+    return None if value is None else float(f"{value:.3g}")
+
+
 def _judged(agg: SlotAggregate) -> int:
     """Requests that ran or timed out: client errors and queue-full refusals are never the model's."""
     return agg.successes + agg.errors + agg.timeouts
@@ -102,7 +107,7 @@ def _proportion_check(
     evidence: dict[str, Any] = {
         "check": name,
         "test": "Fisher's exact test, one-sided (candidate worse); Wilson score interval",
-        "p_value": _round(p_value),
+        "p_value": _sig(p_value),
         "interval": [_round(b) for b in interval] if interval else None,
         "effect": {"rate": _round(rate), "stable_rate": _round(stable_rate),
                    "increase": _round(rate - stable_rate) if rate is not None and stable_rate is not None else None},
@@ -144,7 +149,7 @@ def _latency_check(
     evidence: dict[str, Any] = {
         "check": "latency",
         "test": "van Elteren stratified Mann-Whitney U on batch compute time, one stratum per batch size",
-        "p_value": _round(test.p_value),
+        "p_value": _sig(test.p_value),
         "z": _round(test.z, 3),
         "effect": {
             "superiority": _round(test.superiority, 4),
@@ -221,7 +226,7 @@ def _label_checks(candidate: SlotAggregate, stable: SlotAggregate, policy: Analy
         evidence = {
             "check": f"labels:{output}",
             "test": "Jensen-Shannon divergence of predicted labels; Pearson chi-square test of homogeneity",
-            "p_value": _round(p_value),
+            "p_value": _sig(p_value),
             "statistic": _round(statistic, 3),
             "dof": dof,
             "effect": {"js_divergence": _round(divergence, 4),
