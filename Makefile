@@ -36,6 +36,8 @@ bench: install
 	$(PY) -m bench.public
 	$(PY) -m bench.history_overhead
 	$(PY) -m bench.rollout
+	$(PY) -m bench.label_cost
+	$(PY) -m bench.canary_lab --loads 4,16 --repeats 2  # the issue's goal, 20 A/A rollouts: --repeats 10
 
 lint: install
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .

@@ -384,6 +384,7 @@ class Settings(BaseSettings):
             default_pause_s=self.rollout_pause_s,
             scale_down_delay_s=self.scale_down_delay_s,
             rollback_window_s=self.rollback_window_s,
+            history_interval_s=self.history_interval_s,
         )
 
     @property

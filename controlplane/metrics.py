@@ -12,7 +12,7 @@ from __future__ import annotations
 import glob
 import os
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
@@ -70,6 +70,12 @@ TOKENS = Counter(
     "flightdeck_sequence_tokens_total",
     "Sequence positions run, kind=real or padded (padded minus real is the padding waste).",
     (*_SLOT, "kind"),
+)
+PREDICTIONS = Counter(
+    "flightdeck_prediction_label_total",
+    "Samples answered per predicted label: the arg-max of a classifier's scores, a label output's value, or the "
+    "power-of-two bucket of a one-value output (per output, the first 32 labels a version answers, then 'other').",
+    ("model", "version", "output", "label"),
 )
 QUEUE_DEPTH = Gauge(
     "flightdeck_queue_depth",
@@ -132,6 +138,8 @@ class SlotMetrics:
 
     def __init__(self, model: str, version: str, slot: str) -> None:
         labels = (model, version, slot)
+        self._model, self._version = model, version
+        self._predicted: dict[tuple[str, str], Any] = {}  # (output, label) -> cell, bounded by the batcher
         buffer = self._buffer = Buffer(self)
         self._lock = buffer.lock
         self._labels = labels
@@ -182,6 +190,15 @@ class SlotMetrics:
             if padded_tokens:
                 self._real.n += real_tokens
                 self._padded.n += padded_tokens
+
+    def labels_done(self, counted: dict[tuple[str, str], int]) -> None:
+        """Count one batch's predicted labels (already bounded: serving.predictions)."""
+        for key in counted:
+            if key not in self._predicted:  # NOTE: a new cell takes the buffer's lock itself
+                self._predicted[key] = self._buffer.count(PREDICTIONS.labels(self._model, self._version, *key))
+        with self._lock:
+            for key, n in counted.items():
+                self._predicted[key].n += n
 
     def queue_changed(self, depth: int) -> None:
         self._depth.set(depth)

@@ -131,6 +131,7 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         return registry.folder(registry.get(name, version))
 
     serving_gauges = metrics.ServingGauges(engine)
+    sampler = HistorySampler(engine, sessions, process=process)
     reconciler = Reconciler(
         engine,
         sessions,
@@ -141,9 +142,10 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         models=set(settings.served_models) or None,
         on_changed=serving_gauges.publish,
         safety_poll_s=settings.reconcile_safety_poll_s,
+        # A rollout step is judged on history rows that begin once its traffic split took effect.
+        on_traffic_moved=sampler.sample,
     )
     reconciler.start()  # the first pass is synchronous: the models are loaded before the app serves
-    sampler = HistorySampler(engine, sessions, process=process)
     runbooks = build_runner(settings, sessions)
     rules, slos = load_alert_rules(settings)
     evaluator = AlertEvaluator(

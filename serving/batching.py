@@ -44,6 +44,7 @@ from serving.errors import (
 from serving.faults import is_input_fault, trim
 from serving.histogram import Histogram
 from serving.isolation import Isolated, RunBatch, run_isolated
+from serving.predictions import add_bounded, count_labels
 from serving.tensors import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -475,6 +476,8 @@ class Batcher:
                 queue_depth_max=self._depth_max,
                 queue_depth_mean=self._depth_area / window if window > 0 else float(self._queued_samples),
                 client_error_kinds=dict(s.client_error_kinds),
+                compute={size: h.copy() for size, h in s.compute.items()},
+                labels={output: dict(counts) for output, counts in s.labels.items()},
             )
             self._depth_max = self._queued_samples
             self._depth_area = 0.0
@@ -539,6 +542,10 @@ class Batcher:
     ) -> None:
         real, padded = isolated.real_tokens, isolated.padded_tokens
         outcomes = {p: _outcome(results[p]) for p in batch}
+        predicted: dict[tuple[str, object], int] = {}
+        for p in batch:  # NOTE: outside the lock: an arg-max per answer, a few microseconds
+            if outcomes[p] is RequestOutcome.SUCCESS:
+                count_labels(results[p], predicted)  # type: ignore[arg-type]
         with self._cond:
             s = self._stats
             s.execution_count += 1
@@ -547,6 +554,8 @@ class Batcher:
             per_size = s.batch_sizes.setdefault(size, [0, 0])
             per_size[0] += 1
             per_size[1] += int(compute * 1e9)
+            s.compute.setdefault(size, Histogram()).record(compute)
+            counted = add_bounded(s.labels, predicted) if predicted else None
             s.real_tokens += real
             s.padded_tokens += padded
             s.last_inference_ms = int(time.time() * 1000)
@@ -567,6 +576,10 @@ class Batcher:
                         s.client_error_kinds[kind] = s.client_error_kinds.get(kind, 0) + 1
         if self._observer:
             self._observer.batch_done(size, real, padded, compute)
+            if counted:
+                labels_done = getattr(self._observer, "labels_done", None)
+                if labels_done is not None:
+                    labels_done(counted)
             for p in batch:
                 self._observer.request_done(outcomes[p], p.queue_s, compute, end - p.enqueued_at)
 

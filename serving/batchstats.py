@@ -66,6 +66,10 @@ class BatcherStats:
     batch_sizes: dict[int, list[int]] = field(default_factory=dict)
     # Engine latency (queue + compute) of every request that ran, mergeable across intervals.
     latency: Histogram = field(default_factory=Histogram)
+    # Compute time of each batch, per batch size: the canary judge compares versions at matching sizes.
+    compute: dict[int, Histogram] = field(default_factory=dict)
+    # Predicted labels of successful answers: output -> label -> samples (serving.predictions, bounded).
+    labels: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def copy(self) -> BatcherStats:
         """Return an independent copy (the caller holds the lock that guards this one)."""
@@ -74,6 +78,8 @@ class BatcherStats:
             batch_sizes={size: list(pair) for size, pair in self.batch_sizes.items()},
             latency=self.latency.copy(),
             client_error_kinds=dict(self.client_error_kinds),
+            compute={size: h.copy() for size, h in self.compute.items()},
+            labels={output: dict(counts) for output, counts in self.labels.items()},
         )
 
 
@@ -97,3 +103,5 @@ class BatcherSnapshot:
     queue_depth_max: int
     queue_depth_mean: float
     client_error_kinds: dict[str, int] = field(default_factory=dict)
+    compute: dict[int, Histogram] = field(default_factory=dict)
+    labels: dict[str, dict[str, int]] = field(default_factory=dict)

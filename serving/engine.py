@@ -22,6 +22,7 @@ import numpy as np
 from serving.batching import Batcher, BatchObserver, Pending
 from serving.errors import InvalidInput, ModelNotFound, Overloaded, ServingError, Unavailable, client_error_kind
 from serving.modelconfig import ModelConfig, effective_config
+from serving.predictions import labels_of
 from serving.runtime import (
     CPU,
     Session,
@@ -86,10 +87,25 @@ def _compare_shadow(stats: ShadowStats, live: dict[str, np.ndarray], done: Futur
 def outputs_agree(
     live: dict[str, np.ndarray], shadow: dict[str, np.ndarray], rtol: float = 1e-3, atol: float = 1e-4
 ) -> bool:
-    """Return whether two versions' outputs for one request agree within tolerance."""
-    return live.keys() == shadow.keys() and all(
-        live[k].shape == shadow[k].shape and np.allclose(live[k], shadow[k], rtol=rtol, atol=atol) for k in live
-    )
+    """Return whether two versions' outputs for one request agree.
+
+    A classifier-like output (serving.predictions) agrees when every sample's predicted label is the
+    same, so a retrained version that answers alike agrees and one whose answers collapse does not;
+    any other output must match within tolerance.
+    """
+    if live.keys() != shadow.keys():
+        return False
+    for k, mine in live.items():
+        theirs = shadow[k]
+        if mine.shape != theirs.shape:
+            return False
+        labels = labels_of(mine)
+        if labels is not None:
+            if labels != labels_of(theirs):
+                return False
+        elif not np.allclose(mine, theirs, rtol=rtol, atol=atol):
+            return False
+    return True
 
 
 @dataclass

@@ -87,13 +87,15 @@ def model(name: str) -> Response:
     deployment = describe_deployment(db, name)
     if deployment is None and not versions:
         raise NotFound(f"no model named {name!r}")
-    active = None
+    active = last_rollout = None
     if deployment:
         current = next((r for r in deployment["rollouts"] if r["state"] in ACTIVE), None)
         if current is not None:
             active = describe_rollout(db, current["id"])
             events = allowed_events(RolloutState(current["state"]))
             active["actions"] = [a for a in ACTIONS if a in events]
+        elif deployment["rollouts"]:  # why the last one moved or stopped, with its evidence
+            last_rollout = describe_rollout(db, deployment["rollouts"][0]["id"])
     firing = firing_by_model(db).get(name, [])
     level, words = health(deployment, model_ready(name, deployment), firing)
     live = live_versions(deployment, live_figures(name))
@@ -108,6 +110,7 @@ def model(name: str) -> Response:
         deployment=deployment,
         live=live,
         active=active,
+        last_rollout=last_rollout,
         rollback=_rollback_plan(db, name) if deployment else {"possible": False, "why": "not deployed"},
         undeploy=undeploy_words(name, live, len(versions)) if deployment else None,
         first_deploy=first_deploy_words(name),

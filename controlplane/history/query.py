@@ -43,6 +43,10 @@ class SlotAggregate:
     padded_tokens: int = 0
     shadow_compared: int = 0
     shadow_agreed: int = 0
+    # Batch compute time per batch size (the judge compares slots at matching sizes), and predicted
+    # labels per output (label -> count; bounded per version by the engine: top labels plus 'other').
+    compute: dict[int, Histogram] = field(default_factory=dict)
+    labels: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def add(self, row: SlotSample) -> None:
         self.successes += row.successes
@@ -67,6 +71,12 @@ class SlotAggregate:
         self.padded_tokens += row.padded_tokens
         self.shadow_compared += row.shadow_compared or 0
         self.shadow_agreed += row.shadow_agreed or 0
+        for size, counts in (row.compute_hist or {}).items():
+            self.compute.setdefault(int(size), Histogram()).merge(Histogram.from_dict(counts))
+        for output, counts in (row.label_counts or {}).items():
+            mine = self.labels.setdefault(output, {})
+            for label, count in counts.items():
+                mine[label] = mine.get(label, 0) + count
 
     @property
     def requests(self) -> int:

@@ -8,6 +8,7 @@ snapshots of the same loaded version.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from datetime import datetime
 
@@ -66,7 +67,30 @@ def slot_row(
         padded_tokens=after.padded_tokens - before.padded_tokens,
         shadow_compared=shadow[0],
         shadow_agreed=shadow[1],
+        compute_hist=_compute_since(before, after) or None,
+        label_counts=_labels_since(before, after) or None,
     )
+
+
+def _compute_since(before: BatcherSnapshot, after: BatcherSnapshot) -> dict[str, dict[str, int]]:
+    """Batch compute-time histograms per batch size added between two snapshots."""
+    found = {}
+    for size, hist in sorted(after.compute.items()):
+        added = hist.minus(before.compute[size]) if size in before.compute else hist
+        if added.total:
+            found[str(size)] = added.to_dict()
+    return found
+
+
+def _labels_since(before: BatcherSnapshot, after: BatcherSnapshot) -> dict[str, dict[str, int]]:
+    """Predicted-label counts per output added between two snapshots."""
+    found = {}
+    for output, counts in after.labels.items():
+        earlier = before.labels.get(output, {})
+        added = {label: n - earlier.get(label, 0) for label, n in counts.items() if n - earlier.get(label, 0)}
+        if added:
+            found[output] = added
+    return found
 
 
 def device_rows(ts: datetime, interval_s: float, process: str) -> list[DeviceSample]:
@@ -126,6 +150,9 @@ class HistorySampler:
         self._clock = clock
         # Keyed by the loaded object itself: a reload into the same slot is a new series from zero.
         self._previous: dict[int, tuple[LoadedVersion, BatcherSnapshot, tuple[int, int]]] = {}
+        # NOTE: the scheduler samples every interval and the reconciler at once after it moved traffic
+        # (so a rollout step's rows begin when its weights took effect): one at a time.
+        self._lock = threading.Lock()
 
     def collect(self) -> list[SlotSample | DeviceSample]:
         """Snapshot every loaded version and return the rows for the interval just ended.
@@ -157,7 +184,8 @@ class HistorySampler:
 
     def sample(self) -> int:
         """Collect and store one interval's rows; return how many were written."""
-        rows = self.collect()
-        with self._sessions() as session, session.begin():
-            session.add_all(rows)
+        with self._lock:
+            rows = self.collect()
+            with self._sessions() as session, session.begin():
+                session.add_all(rows)
         return len(rows)

@@ -46,6 +46,10 @@ class SlotSample(Base):
     padded_tokens: Mapped[int] = mapped_column(default=0)
     shadow_compared: Mapped[int] = mapped_column(default=0, server_default="0")  # copies of live requests answered
     shadow_agreed: Mapped[int] = mapped_column(default=0, server_default="0")  # ... matching the live version
+    # {batch size: latency-histogram counts} of batch compute time: the canary judge compares like with like.
+    compute_hist: Mapped[dict | None] = mapped_column(JSON)
+    # {output: {label: count}} of predicted labels (arg-max of a classifier's scores, or a label output).
+    label_counts: Mapped[dict | None] = mapped_column(JSON)
 
 
 class DeviceSample(Base):

@@ -81,6 +81,8 @@ class RolloutMeasurement(Base):
     verdict: Mapped[str] = mapped_column(String(16))
     reasons: Mapped[list] = mapped_column(JSON)
     figures: Mapped[dict] = mapped_column(JSON)
+    # One entry per check: test, p-value or interval, effect sizes, sample sizes, floors, outcome.
+    evidence: Mapped[list | None] = mapped_column(JSON)
 
 
 class SlotStatus(Base):

@@ -63,7 +63,6 @@ def deploy(name: str, body: DeployRequest) -> tuple[dict[str, Any], int]:
     if not (current_services().locate(name, version) / "model.onnx").is_file():
         raise NotFound(f"model '{name}' has no version {version}; push it to the registry first")
     session = get_db()
-    current_services().reconciler.forget_failures(name)  # a person asked again: a failed version may retry
     if session.get(Deployment, name) is None:
         with _refusals_recorded(session, "model.deploy", f"{name}:{version}"):
             created = deployments.first_deploy(session, name, version, request_audit)

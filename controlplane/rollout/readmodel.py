@@ -53,6 +53,7 @@ def rollout_json(rollout: Rollout, measurements: list[RolloutMeasurement] | None
                 "verdict": m.verdict,
                 "reasons": m.reasons,
                 "figures": m.figures,
+                "evidence": m.evidence or [],
             }
             for m in measurements
         ]

@@ -56,6 +56,7 @@ class Reconciler:
         models: set[str] | None = None,
         on_changed: Callable[[], None] | None = None,
         safety_poll_s: float = 5.0,
+        on_traffic_moved: Callable[[], None] | None = None,
     ) -> None:
         self._engine = engine
         self._sessions = sessions
@@ -65,10 +66,18 @@ class Reconciler:
         self._safety_poll_s = safety_poll_s  # PostgreSQL with LISTEN: a pass at least this often anyway
         self._models = models  # None: every deployment; else only these on this node (FLIGHTDECK_LOAD_MODELS)
         self._on_changed = on_changed  # after a pass that loaded, replaced or unloaded something
+        # After a pass that changed a model's traffic weights: the history sampler, so the rows a rollout
+        # step is judged on begin when its weights took effect here (controller._window).
+        self._on_traffic_moved = on_traffic_moved
+        self._moved = False
+        self._traffic: dict[str, tuple] = {}  # model -> (weights, shadow slot) last applied
         # model -> (generation, updated_at) last applied. NOTE: updated_at too, because an undeploy and a new
         # first deploy between two polls restart the generation at 1, which alone could look already applied.
         self._applied: dict[str, tuple[int, object]] = {}
-        self._failed: dict[tuple[str, str, str], str] = {}  # (model, slot, version) -> why; not retried by itself
+        # (model, slot, version) -> (the desired state it failed for, why). NOTE: remembered against that
+        # desired state (generation, updated_at), never for ever: any later desired state that asks for the
+        # version again (a new deploy, a reload) is tried again in every process, whichever took the call.
+        self._failed: dict[tuple[str, str, str], tuple[tuple[int, object], str]] = {}
         self._reloads: dict[tuple[str, str], int] = {}  # (model, slot) -> reload counter last seen
         # Engine-wide desired state: what this process applied, and what it last wrote to engine_status.
         self._base_batching = engine.batching  # this process's own settings: what a null limit means
@@ -169,27 +178,36 @@ class Reconciler:
 
     def reconcile(self) -> int:
         """Apply engine-wide changes, every deployment that changed, and every removal; return how many models."""
-        with self._lock, self._sessions() as session:
-            engine_desired = session.get(EngineDesired, 1)
-            self._apply_batching(engine_desired)
-            deployments = [
-                d for d in session.scalars(select(Deployment)) if self._models is None or d.model in self._models
-            ]
-            gone = sorted(set(self._applied) - {d.model for d in deployments})
-            for model in gone:
-                self._remove(session, model)
-            changed = [d for d in deployments if self._applied.get(d.model) != (d.generation, d.updated_at)]
-            for deployment in changed:
-                self._converge(session, deployment)
-                self._applied[deployment.model] = (deployment.generation, deployment.updated_at)
-            self._apply_compaction(engine_desired)
-            reported = self._report(session)
-            if changed or gone or reported is not None:
-                session.commit()
-            if reported is not None:
-                self._reported, self._reported_at = reported, time.monotonic()
-            if (changed or gone) and self._on_changed is not None:
-                self._on_changed()
+        with self._lock:
+            with self._sessions() as session:
+                engine_desired = session.get(EngineDesired, 1)
+                self._apply_batching(engine_desired)
+                deployments = [
+                    d for d in session.scalars(select(Deployment)) if self._models is None or d.model in self._models
+                ]
+                gone = sorted(set(self._applied) - {d.model for d in deployments})
+                for model in gone:
+                    self._remove(session, model)
+                changed = [d for d in deployments if self._applied.get(d.model) != (d.generation, d.updated_at)]
+                for deployment in changed:
+                    self._converge(session, deployment)
+                    self._applied[deployment.model] = (deployment.generation, deployment.updated_at)
+                self._apply_compaction(engine_desired)
+                reported = self._report(session)
+                if changed or gone or reported is not None:
+                    session.commit()
+                if reported is not None:
+                    self._reported, self._reported_at = reported, time.monotonic()
+                if (changed or gone) and self._on_changed is not None:
+                    self._on_changed()
+            moved, self._moved = self._moved, False
+            # NOTE: after this pass's commit (its own connection is back), yet under the lock: whoever waits
+            # on a pass (a test's settle) finds the row that marks the move already written.
+            if moved and self._on_traffic_moved is not None:
+                try:
+                    self._on_traffic_moved()
+                except Exception:
+                    log.exception("could not mark the traffic move in the history")
             return len(changed) + len(gone)
 
     def _remove(self, session: Session, model: str) -> None:
@@ -198,6 +216,7 @@ class Reconciler:
             self._engine.unload(model, loaded.slot)
         session.execute(delete(SlotStatus).where(SlotStatus.process == self._process, SlotStatus.model == model))
         self._applied.pop(model, None)
+        self._traffic.pop(model, None)
         self._reloads = {k: v for k, v in self._reloads.items() if k[0] != model}
         self._failed = {k: v for k, v in self._failed.items() if k[0] != model}
         log.info("unloaded %s: it is no longer deployed", model)
@@ -260,7 +279,6 @@ class Reconciler:
             if seen is None or seen == count:
                 continue  # NOTE: a process just started has loaded its versions fresh: nothing to reload
             want = desired.version_in(slot)
-            self._failed.pop((model, slot, want), None)  # a person asked again: a failed load may retry
             if want is not None and slot in loaded and loaded[slot].spec.version == want:
                 reload.append(slot)
         for slot in SLOTS:
@@ -269,7 +287,11 @@ class Reconciler:
             if want is None or want == have:
                 status[slot] = (have, "loaded" if have else "empty", "")
                 continue
-            why = self._failed.get((model, slot, want)) or self._load(model, slot, want)
+            failed = self._failed.get((model, slot, want))
+            if failed is not None and failed[0] == (desired.generation, desired.updated_at):
+                why = failed[1]  # this very desired state failed here already (a pass retried after an error)
+            else:
+                why = self._load(model, slot, want, (desired.generation, desired.updated_at))
             status[slot] = (want, "failed", why) if why else (want, "loaded", "")
         live = {slot for slot, (_, state, _) in status.items() if state == "loaded" and status[slot][0]}
         weights = {
@@ -285,8 +307,13 @@ class Reconciler:
         if live:
             shadow = desired.shadow_slot if desired.shadow_slot in live else None
             self._engine.set_shadow(model, shadow)
+            traffic = (tuple(sorted((str(k), v) for k, v in weights.items())), shadow)
+            before = self._traffic.get(model)
+            if before != traffic:
+                # NOTE: not on a model's first pass here: its rows begin at its load anyway.
+                self._traffic[model], self._moved = traffic, self._moved or before is not None
         for slot in reload:
-            status[slot] = self._reload(model, slot, desired.version_in(slot))
+            status[slot] = self._reload(model, slot, desired.version_in(slot), (desired.generation, desired.updated_at))
         for slot in SLOTS:
             if desired.version_in(slot) is None and slot in {v.slot for v in self._engine.loaded(model)}:
                 self._engine.unload(model, slot)
@@ -300,8 +327,12 @@ class Reconciler:
             row.version, row.state, row.error = version, state, error
             row.generation, row.updated_at = desired.generation, now
 
-    def _load(self, model: str, slot: str, version: str) -> str:
-        """Load and verify one version into a slot; return '' or why it failed (and unload it)."""
+    def _load(self, model: str, slot: str, version: str, desired: tuple[int, object] = (0, None)) -> str:
+        """Load and verify one version into a slot; return '' or why it failed (and unload it).
+
+        A failure is remembered against `desired` (generation, updated_at) only: see `_failed`.
+        """
+        self._failed.pop((model, slot, version), None)
         from serving.golden import check_golden
 
         try:
@@ -310,24 +341,24 @@ class Reconciler:
         except Exception as exc:
             why = f"could not load {model} version {version} into {slot}: {exc}"
             log.error(why)
-            self._failed[(model, slot, version)] = why
+            self._failed[(model, slot, version)] = (desired, why)
             return why
         failures = check_golden(read_manifest(folder), loaded.session.run)
         if failures:
             self._engine.unload(model, slot)
             why = f"{model} version {version} failed its golden samples: {'; '.join(failures)}"
             log.error(why)
-            self._failed[(model, slot, version)] = why
+            self._failed[(model, slot, version)] = (desired, why)
             return why
         return ""
 
-    def _reload(self, model: str, slot: str, version: str) -> tuple[str | None, str, str]:
+    def _reload(self, model: str, slot: str, version: str, desired: tuple[int, object]) -> tuple[str | None, str, str]:
         """Drain a slot and load and verify its version again (see Engine.reload); return its status."""
         why = ""
 
         def load() -> None:
             nonlocal why
-            why = self._load(model, slot, version)
+            why = self._load(model, slot, version, desired)
 
         try:
             self._engine.reload(model, slot, load)
@@ -344,8 +375,3 @@ class Reconciler:
             log.info("reloaded %s version %s in %s", model, version, slot)
             return version, "loaded", ""
         return version, "failed", why or f"{model} {slot} is empty after its reload"
-
-    def forget_failures(self, model: str) -> None:
-        """Let a failed version be tried again (a person deployed it again)."""
-        with self._lock:
-            self._failed = {k: v for k, v in self._failed.items() if k[0] != model}

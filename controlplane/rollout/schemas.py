@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from controlplane.contract import Reply, RequestBody, Timestamp
 from controlplane.errors import ApiError
-from controlplane.rollout.analysis import AnalysisPolicy
+from controlplane.rollout.analysis import RETIRED, AnalysisPolicy
 from controlplane.rollout.enginewide import BATCHING_LIMITS
 from controlplane.rollout.states import DEPLOY_STRATEGIES, RolloutState, Slot, Strategy, Verdict
 
@@ -24,12 +24,44 @@ Rate = Annotated[float, Field(ge=0, le=1)]
 class PolicyBody(RequestBody):
     """Analysis thresholds for a canary's steps; a setting left out keeps its default."""
 
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)  # stored as JSON: finite only
+
     min_requests: int = Field(AnalysisPolicy.min_requests, ge=0, description="fewer canary requests: inconclusive")
-    max_error_rate: Rate = Field(AnalysisPolicy.max_error_rate, description="server errors over requests")
+    alpha: float = Field(
+        AnalysisPolicy.alpha, gt=0, lt=0.5, description="one-sided p-value under which a difference is evidence"
+    )
+    max_error_rate: Rate = Field(AnalysisPolicy.max_error_rate, description="ceiling on server errors over requests")
     max_timeout_rate: Rate = AnalysisPolicy.max_timeout_rate
-    max_error_rate_increase: Rate = Field(AnalysisPolicy.max_error_rate_increase, description="canary minus stable")
-    max_p99_ratio: float = Field(AnalysisPolicy.max_p99_ratio, gt=0, description="canary p99 over stable p99")
-    slo_p99_ms: float = Field(AnalysisPolicy.slo_p99_ms, gt=0, description="ceiling on the canary's p99")
+    max_error_rate_increase: Rate = Field(
+        AnalysisPolicy.max_error_rate_increase, description="canary minus stable below this never fails"
+    )
+    max_timeout_rate_increase: Rate = AnalysisPolicy.max_timeout_rate_increase
+    slo_p99_ms: float = Field(
+        AnalysisPolicy.slo_p99_ms, gt=0, description="the canary's requests over this must stay under 1 %"
+    )
+    latency_floor_ms: float = Field(
+        AnalysisPolicy.latency_floor_ms, ge=0, description="a compute-time shift below this never fails"
+    )
+    latency_floor_slo_share: Rate = Field(
+        AnalysisPolicy.latency_floor_slo_share, description="... nor one below this share of the SLO"
+    )
+    max_slowdown: float = Field(
+        AnalysisPolicy.max_slowdown, ge=1, description="... nor one under this ratio of compute time"
+    )
+    max_slowdown_unmatched: float = Field(
+        AnalysisPolicy.max_slowdown_unmatched,
+        ge=1,
+        description="... at a step whose traffic shares differ (a cold canary)",
+    )
+    min_batches: int = Field(
+        AnalysisPolicy.min_batches, ge=1, description="canary batches at shared batch sizes for a latency verdict"
+    )
+    max_label_divergence: Rate = Field(
+        AnalysisPolicy.max_label_divergence, description="Jensen-Shannon divergence (bits) of predicted labels"
+    )
+    min_labels: int = Field(
+        AnalysisPolicy.min_labels, ge=1, description="canary predictions before their distribution is judged"
+    )
     min_agreement: Rate = Field(AnalysisPolicy.min_agreement, description="shadow: share of outputs that agree")
 
     @model_validator(mode="before")
@@ -37,6 +69,9 @@ class PolicyBody(RequestBody):
     def _known_settings(cls, data: Any) -> Any:
         # NOTE: the words the API has always used for a misspelt threshold, which name the field.
         if isinstance(data, dict):
+            for key, why in RETIRED.items():
+                if key in data:
+                    raise ValueError(f"'policy': analysis setting '{key}' was retired: {why}")
             unknown = sorted(set(data) - set(cls.model_fields))
             if unknown:
                 raise ValueError(
@@ -109,6 +144,10 @@ class MeasurementView(Reply):
     verdict: Verdict
     reasons: list[str]
     figures: dict[str, int | float | None]
+    evidence: list[dict[str, Any]] = Field(
+        description="each check: its test, p-value or interval, effect sizes, sample sizes, floors and outcome; "
+        "first the window judged"
+    )
 
 
 class RolloutView(Reply):

@@ -44,6 +44,9 @@ class RolloutSettings:
     default_pause_s: float = 60.0
     scale_down_delay_s: float = 600.0  # the old stable version stays loaded this long after a rollout
     rollback_window_s: float = 7 * 24 * 3600.0  # a version stable this recently comes back without analysis
+    # Every process writes a history row this often: a step whose rows do not yet cover its pause waits
+    # up to two of these (plus its pause) for them before it is judged on what there is.
+    history_interval_s: float = 10.0
 
 
 def active_rollout(session: Session, model: str) -> Rollout | None:

@@ -180,7 +180,7 @@ def test_an_unexpected_error_is_a_logged_500_in_the_protocols_form(
         front, flask = both(app, f"{MLP}/infer", json.dumps(mlp_body(1)).encode(), {})
     assert front.status == 500 and front.json() == {"error": "internal server error"}
     assert_same(front, flask)
-    assert [r.name for r in caplog.records if r.exc_info] == ["controlplane.asgi", "controlplane.errors"]
+    assert [r.name for r in caplog.records if r.exc_info] == ["controlplane.asgi", "controlplane.errorhandlers"]
 
 
 def test_a_client_with_a_cookie_is_left_to_flask_which_reads_a_chunked_body(

@@ -224,3 +224,20 @@ def test_after_a_finished_rollout_the_rollback_button_says_which_version_returns
     services.reconciler.reconcile()
     html = client.get("/models/mlp").get_data(as_text=True)
     assert re.search(r'data-slot="blue" data-version="1" data-weight="100"', html)
+
+
+def test_the_model_page_shows_why_the_last_rollout_stopped_with_its_evidence(app, as_role) -> None:
+    client, csrf = as_role(Role.OPERATOR)
+    policy = {"min_requests": 10, "slo_p99_ms": 0.001}  # every request is over this SLO
+    rollout = deploy(app, client, csrf, version="2", steps=[50, 100], pause_s=0, policy=policy)
+    body = {"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [0.25] * 64}]}
+    for _ in range(40):
+        assert client.post("/v2/models/mlp/infer", json=body).status_code == 200
+    services = app.extensions["flightdeck"]
+    services.sampler.sample()
+    assert services.advance_rollouts() == [f"{rollout['id']}: fail -> rolled_back"]
+    html = client.get("/models/mlp").get_data(as_text=True)
+    assert f"Analysis of the last rollout (#{rollout['id']}, v2: rolled_back)" in html
+    row = re.search(r"<tr><td>slo</td><td>fail</td>.*?</tr>", html, re.S).group(0)
+    assert "Wilson score interval" in row and "slo_p99_ms 0.001" in row
+    assert re.search(r"<tr><td>error rate</td><td>pass</td><td>Fisher", html)

@@ -142,3 +142,37 @@ def test_every_refused_request_is_a_client_error_of_its_kind_in_history_and_metr
     }  # fmt: skip
     (stats,) = client.get("/v2/models/mlp/stats").get_json()["model_stats"]
     assert stats["inference_stats"]["fail"]["count"] == stats["client_errors"] == 5 and stats["execution_count"] == 0
+
+
+def test_predicted_labels_are_kept_per_version_and_exported_with_compute_time_per_batch_size(app, client) -> None:
+    services = app.extensions["flightdeck"]
+    services.sampler.sample()
+    rows = [[0.5] * 64, [-0.5] * 64, [0.25 * (i % 5) for i in range(64)], [1.0] * 32 + [-1.0] * 32]
+    body = {"inputs": [{"name": "input", "shape": [4, 64], "datatype": "FP32", "data": sum(rows, [])}]}
+
+    def exported() -> dict[str, float]:
+        flush_all()
+        found = {}
+        for metric in REGISTRY.collect():
+            for sample in metric.samples:
+                if (
+                    sample.name == "flightdeck_prediction_label_total"
+                    and sample.labels["model"] == "mlp"
+                    and sample.labels["version"] == "1"
+                ):
+                    assert set(sample.labels) == {"model", "version", "output", "label"}
+                    found[sample.labels["label"]] = sample.value
+        return found
+
+    before = exported()
+    answer = client.post("/v2/models/mlp/infer", json=body).get_json()
+    scores = answer["outputs"][0]["data"]
+    top = [str(max(range(10), key=lambda c, r=r: scores[r * 10 + c])) for r in range(4)]  # arg-max per sample
+    services.sampler.sample()
+    with services.sessions() as session:
+        row = session.scalars(select(SlotSample).where(SlotSample.model == "mlp", SlotSample.successes > 0)).one()
+    expected = {label: top.count(label) for label in set(top)}
+    assert row.label_counts == {"probabilities": expected}
+    assert list(row.compute_hist) == ["4"] and sum(row.compute_hist["4"].values()) == 1  # one batch of four
+    after = exported()
+    assert {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)} == expected

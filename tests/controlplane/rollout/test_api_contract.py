@@ -56,11 +56,18 @@ def test_each_bad_deploy_body_is_refused_with_a_message_naming_the_field(app, cl
 
 
 def test_given_thresholds_are_stored_over_the_defaults(client, operator) -> None:
-    body = {"version": "2", "steps": [50, 100], "pause_s": 30, "policy": {"min_requests": 7, "max_p99_ratio": 3}}
+    body = {"version": "2", "steps": [50, 100], "pause_s": 30, "policy": {"min_requests": 7, "max_slowdown": 3}}
     rollout = client.post("/api/models/mlp/deploy", json=body, headers=operator).get_json()
-    assert rollout["policy"]["min_requests"] == 7 and rollout["policy"]["max_p99_ratio"] == 3.0
+    assert rollout["policy"]["min_requests"] == 7 and rollout["policy"]["max_slowdown"] == 3.0
     assert rollout["policy"]["max_error_rate"] == 0.01  # left out: the default
     assert (rollout["steps"], rollout["pause_s"], rollout["traffic_percent"]) == ([50, 100], 30.0, 0)
+
+
+def test_a_retired_threshold_is_refused_with_what_replaced_it(app, client, operator) -> None:
+    body = {"version": "2", "policy": {"max_p99_ratio": 1.5}}
+    words = refusal(client.post("/api/models/mlp/deploy", json=body, headers=operator))
+    assert "'max_p99_ratio' was retired" in words and "max_slowdown" in words
+    assert rollouts(app) == []
 
 
 def test_a_first_deploy_refuses_unknown_fields_too(app, client, operator) -> None:
