@@ -9,7 +9,7 @@ OTHER_ORT := $(if $(filter gpu,$(ORT)),onnxruntime,onnxruntime-gpu)
 # --no-deps: only the .onnx files are read; their own dependencies (torch, OpenCV, ...) are not wanted.
 PUBLIC_MODEL_WHEELS := rapidocr-onnxruntime==1.4.4 silero-vad==6.2.3 magika==1.0.3
 
-.PHONY: run test install bench lint
+.PHONY: run test test-fast install bench lint
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -27,8 +27,14 @@ install: $(VENV)/.installed-$(ORT)
 run: install
 	$(PY) -m controlplane serve
 
+# Worker processes: three keep two cores busy while real servers start and browsers wait (tests/conftest.py
+# hands out files, slow ones first). test-fast leaves out what starts servers, browsers or runs long.
+TEST_WORKERS ?= 3
 test: install
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS)
+
+test-fast: install
+	$(PY) -m pytest -n $(TEST_WORKERS) -m "not slow"
 
 bench: install
 	$(PY) -m bench.engine

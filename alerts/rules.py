@@ -59,6 +59,9 @@ GROUPINGS: tuple[str, ...] = get_args(Grouping)
 _DURATION = re.compile(r"^(\d+)(s|m|h|d)$")
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
+# libyaml's safe loader where PyYAML was built with it (its wheels are): the same documents, ~10x faster.
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 class RuleError(ValueError):
     """A rule file is wrong; the message names the file, the rule and the field."""
@@ -363,7 +366,7 @@ def load_rules(folder: Path, metrics: Iterable[str], runbooks: Iterable[str] | N
     taken: dict[str, str] = {}
     for path in sorted(folder.glob("*.yaml")):
         try:
-            documents = yaml.safe_load(path.read_text())
+            documents = yaml.load(path.read_text(), Loader=SAFE_LOADER)
         except yaml.YAMLError as exc:
             raise RuleError(message(path.name, f"is not valid YAML: {exc}")) from None
         if isinstance(documents, dict) and "slos" in documents and "rules" not in documents:

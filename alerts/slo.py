@@ -42,6 +42,9 @@ from serving.declared import Declared, Problem, describe, message
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")  # leaves room for the rule suffix "_burn_3d" within 64
 BURN_METRIC = "slo_burn_rate"
 
+# libyaml's safe loader where PyYAML was built with it (its wheels are): the same documents, ~10x faster.
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 class SLI(StrEnum):
     """What a request must be to count as good."""
@@ -262,7 +265,7 @@ def load_slos(folder: Path, runbooks: Iterable[str] | None = None) -> list[SLO]:
     taken: dict[str, str] = {}
     for path in sorted(folder.glob("*.yaml")):
         try:
-            document = yaml.safe_load(path.read_text())
+            document = yaml.load(path.read_text(), Loader=SAFE_LOADER)
         except yaml.YAMLError as exc:
             raise RuleError(message(path.name, f"is not valid YAML: {exc}")) from None
         if not isinstance(document, dict) or "slos" not in document:

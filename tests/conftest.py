@@ -1,10 +1,17 @@
-"""Shared fixtures: the demo models and a prepared data directory (each built once), apps over a copy, servers."""
+"""Shared fixtures: the demo models and a prepared data directory (each built once), apps over a copy, servers.
+
+Under pytest-xdist (`make test`), the demo models and the template home are built once per run by
+whichever worker asks first and reused by the others, and the scheduler below keeps each test file
+on one worker, except `tests/e2e/` and `tests/public_models/`, whose session-wide browser and server
+stay on one worker each. Files with slow tests are handed out first, so they never finish last.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -13,14 +20,85 @@ from serving.demo_models import write_demo_models
 
 ROOT = Path(__file__).resolve().parent.parent
 DB_FILE = "flightdeck.db"
+# Folders whose session-scoped fixtures (one browser, one server with the public models) are worth one worker each.
+ONE_WORKER_FOLDERS = ("tests/e2e/", "tests/public_models/")
+# The longest sequence apps and servers in tests warm up (the product's default, 128, costs ~1.5 s a start).
+WARMUP_MAX_SEQUENCE = 16
+# Fixtures that start a real server, a PostgreSQL cluster or an S3 endpoint: a test asking for one is slow.
+SLOW_FIXTURES = {"server", "cluster", "pg_cluster", "pg_sessions", "s3_endpoint", "both"}
+# And these, by node id prefix: real servers started by the test itself, promtool, long in-process runs.
+SLOW_TESTS = (
+    "tests/controlplane/test_server.py",
+    "tests/controlplane/test_failover.py",
+    "tests/controlplane/rollout/test_recovery.py",
+    "tests/controlplane/rollout/test_zero_downtime.py",
+    "tests/controlplane/rollout/test_cli_wait.py",
+    "tests/controlplane/rollout/test_engine_control.py",
+    "tests/deploy/test_wait_for_schema.py",
+    "tests/dashboards/test_prometheus_nodes.py",
+    "tests/dashboards/test_prometheus_slo.py::test_promtool",
+    "tests/dashboards/test_prometheus_rules.py::test_promtool",
+    "tests/serving/test_memory.py::test_mixed_lengths",
+    "tests/serving/test_memory.py::test_compaction_while",
+    "tests/controlplane/history/test_retention.py::test_two_simulated_days",
+    "tests/controlplane/test_served_set.py::test_an_old_home_is_migrated",
+    "tests/controlplane/test_layering.py::test_every_module_imports_in_a_fresh_interpreter",
+    "tests/controlplane/test_metricsflush.py::test_counts_from_two_processes",
+    "tests/bench/test_engine_bench.py::test_mixed_shape_part",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark what starts real servers slow, then put files with slow tests first (order within a file kept)."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if (
+            item.nodeid.startswith(ONE_WORKER_FOLDERS + SLOW_TESTS)
+            or fixtures & SLOW_FIXTURES
+            or any(name.endswith("_server") for name in fixtures)
+        ):
+            item.add_marker(pytest.mark.slow)
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # NOTE: stable, so each file keeps its order
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """Schedule by file (module fixtures built once), a one-worker folder as one unit, in collection order."""
+    if config.getoption("dist") not in ("load", "loadfile"):
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ByFile(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            folder = next((f for f in ONE_WORKER_FOLDERS if nodeid.startswith(f)), None)
+            return folder or super()._split_scope(nodeid)
+
+    config.option.loadscopereorder = False  # NOTE: keep the slow-first order made above
+    return ByFile(config, log)
+
+
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """Return the folder `name`, built by `build` once per test run (shared by xdist's workers under a lock)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        path = tmp_path_factory.mktemp(name)
+        build(path)
+        return path
+    root = tmp_path_factory.getbasetemp().parent  # NOTE: this run's folder, shared by its workers only
+    path = root / name
+    with (root / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (root / f"{name}.built").exists():
+            shutil.rmtree(path, ignore_errors=True)
+            path.mkdir()
+            build(path)
+            (root / f"{name}.built").touch()
+    return path
 
 
 @pytest.fixture(scope="session")
 def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Build the demo models once per test session (plain <name>/<version>/ folders)."""
-    store = tmp_path_factory.mktemp("store")
-    write_demo_models(store)
-    return store
+    """Build the demo models once per test run (plain <name>/<version>/ folders)."""
+    return built_once(tmp_path_factory, "store", write_demo_models)
 
 
 @pytest.fixture(scope="session")
@@ -30,6 +108,12 @@ def template_home(tmp_path_factory: pytest.TempPathFactory, demo_store: Path) ->
     Pushing runs every registry check (ONNX Runtime load, golden samples), seconds per start;
     tests get a copy instead (`copy_home`).
     """
+    return (
+        built_once(tmp_path_factory, "template", lambda folder: _prepare_template(folder / "home", demo_store)) / "home"
+    )
+
+
+def _prepare_template(path: Path, demo_store: Path) -> None:
     from sqlalchemy import delete
 
     from controlplane.config import load_settings
@@ -38,7 +122,6 @@ def template_home(tmp_path_factory: pytest.TempPathFactory, demo_store: Path) ->
     from controlplane.models import AuditEvent
     from controlplane.modelstore import prepare_home, seed_demo_models
 
-    path = tmp_path_factory.mktemp("template") / "home"
     settings = load_settings(environ={}, overrides={"home": str(path)})
     prepare_home(settings)
     upgrade(settings.sqlalchemy_url)
@@ -50,7 +133,6 @@ def template_home(tmp_path_factory: pytest.TempPathFactory, demo_store: Path) ->
         session.execute(delete(AuditEvent))
         session.commit()
     engine.dispose()  # NOTE: checkpoints SQLite's WAL, so the one database file holds everything
-    return path
 
 
 def copy_home(template: Path, home: Path) -> Path:
@@ -88,10 +170,13 @@ def app_config(home: Path) -> dict:
     Reads are open here so that tests about serving, history or rollouts can GET without a token;
     access control is tested in tests/controlplane/auth, against the product default (reads need a viewer).
     No demo seeding: `home` already holds the demo models, and a home a test empties stays empty.
+    Warm-up stops at short sequences: the text model's batch of 32 at 128 tokens cost ~1.5 s per app
+    (warm-up itself is tested on the engine, at the product's default).
     Receivers may reach 127.0.0.1, where the tests' chat servers listen (the product refuses loopback).
     """
     return {
         "home": str(home),
+        "warmup_max_sequence": WARMUP_MAX_SEQUENCE,
         "scheduler": False,
         "log_sample_rate": 1.0,
         "auth_reads": False,

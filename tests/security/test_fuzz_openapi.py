@@ -23,6 +23,7 @@ import gc
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
@@ -39,6 +40,8 @@ from schemathesis.core.failures import Failure, FailureGroup
 from controlplane.auth import Role
 from serving.memory import rss_bytes, trim_heap
 from tests.controlplane.conftest import token_for
+
+pytestmark = pytest.mark.slow  # about a minute: the whole surface, then once more for the memory check
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
           response_headers_conformance]  # fmt: skip
