@@ -169,6 +169,35 @@ class Settings(BaseSettings):
     )
     warmup_max_sequence: int = _setting(128, "Longest sequence bucket used for warm-up.", ge=1)
     max_request_bytes: int = _setting(16 * 1024 * 1024, "Largest inference request body; larger ones get 413.", ge=1)
+    header_timeout_s: float = _setting(
+        10.0,
+        "A request's line and headers must arrive whole within this many seconds of their first byte (of the "
+        "connection's opening, for its first request); else 408 and the connection closes (nginx's "
+        "client_header_timeout). A new connection that sends nothing is closed after it.",
+        gt=0,
+    )
+    body_timeout_s: float = _setting(
+        10.0,
+        "Longest wait for the next bytes of a request body while the server reads it (nginx's "
+        "client_body_timeout); then 408 and the connection closes, freeing its buffer and any Flask thread "
+        "reading it.",
+        gt=0,
+    )
+    body_min_rate: int = _setting(
+        65536,
+        "Bytes per second a request body must average after its first BODY_TIMEOUT_S (Apache's mod_reqtimeout "
+        "MinRate): a body may take BODY_TIMEOUT_S plus one second per this many bytes. 0: only BODY_TIMEOUT_S.",
+        ge=0,
+    )
+    keepalive_timeout_s: float = _setting(
+        5.0, "An idle keep-alive connection (no request in progress, no new bytes) is closed after this.", gt=0
+    )
+    decode_thread_bytes: int = _setting(
+        65536,
+        "Inference bodies larger than this are decoded in a worker thread rather than on the event loop, so a big "
+        "body cannot stall the loop (and the health probes it answers).",
+        ge=0,
+    )
     drain_grace_s: float = _setting(30.0, "On SIGTERM, how long accepted requests may take to finish.", ge=0)
     log_sample_rate: float = _setting(
         0.01, "Share of successful, fast requests logged (errors and slow ones always are).", ge=0, le=1
