@@ -35,6 +35,11 @@ class Conflict(ApiError):
     code = "conflict"
 
 
+class UnsupportedMediaType(ApiError):
+    status = 415
+    code = "unsupported_media_type"
+
+
 def error_response(status: int, code: str, message: str) -> Response:
     """Build the error response in the form the request's path calls for."""
     if request.path.startswith("/v2"):

@@ -48,6 +48,7 @@ HEADER_TIMEOUT, BODY_TIMEOUT, KEEPALIVE_TIMEOUT, EVICTED = (
 )
 REASONS = (HEADER_TIMEOUT, BODY_TIMEOUT, KEEPALIVE_TIMEOUT, EVICTED)
 EVICT_AT_ONCE = 32  # idle connections closed per eviction at most beyond what is needed (nginx drains 32)
+EVICT_QUIET_S = 1.0  # ... if they have been quiet this long
 _TOO_LARGE = b"request line and headers are over the limit of %d bytes" % MAX_HEAD_BYTES
 
 
@@ -275,22 +276,24 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def _make_room(self) -> None:
         """Past the connection limit, close the connections longest quiet that have no request in progress.
 
-        NOTE: uvicorn answers 503 once `len(connections) >= limit_concurrency`, counting this one; a
-        closed connection leaves `connections` on the next loop turn, before this one's head is parsed.
+        NOTE: uvicorn answers 503 once `len(connections) >= limit_concurrency`, counting this one.
         """
         limit = self.limit_concurrency
         if limit is None or len(self.connections) < limit:
             return
-        open_now = [c for c in self.connections if not c.transport.is_closing()]
-        excess = len(open_now) - limit + 1
-        if excess <= 0:
-            return
-        idle = [c for c in open_now if c is not self and isinstance(c, BoundedHttpToolsProtocol) and c._idle()]
+        excess = len(self.connections) - limit + 1
+        idle = [c for c in self.connections if c is not self and isinstance(c, BoundedHttpToolsProtocol) and c._idle()]
         idle.sort(key=lambda c: c._quiet_since)
-        for connection in idle[: excess + EVICT_AT_ONCE]:
+        # NOTE: a few more than needed, so a flood does not scan every connection for each newcomer; but only
+        # ones quiet for a while, never a client that connected a moment ago and is sending its request.
+        quiet_before = self.loop.time() - EVICT_QUIET_S
+        extra = sum(1 for c in idle[excess : excess + EVICT_AT_ONCE] if c._quiet_since < quiet_before)
+        for connection in idle[: excess + extra]:
             self.limits.on_close(EVICTED)
             connection._refused = True
             connection.transport.close()
+            # NOTE: out of the count now, not when connection_lost runs: the newcomer's head may be parsed first.
+            self.connections.discard(connection)
 
     # -- answers of our own
 

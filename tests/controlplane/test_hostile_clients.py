@@ -1,4 +1,5 @@
-"""Slow and hostile clients against the real server (issue 29): each connection deadline, room past the limit, probes.
+"""Slow and hostile clients against the real server (issue 29): connection deadlines, room past the limit,
+probes on the loop, big bodies decoded off it, login CSRF, and malformed input that must be a 400.
 
 One server with its limits lowered (1-2 s deadlines, 2 Flask threads, 24 connections) serves the whole
 module. The clients here pace their bytes on purpose: that pacing is the behaviour under test.
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from controlplane.auth.bootstrap import INITIAL_ADMIN, PASSWORD_FILE
 from tests.conftest import copy_home
 from tests.controlplane.test_server import metric
 from tests.servers import Server, start_server, wait_until
@@ -34,6 +36,7 @@ def slow_server(tmp_path_factory: pytest.TempPathFactory, template_home: Path) -
             "FLIGHTDECK_THREADS": str(THREADS),
             "FLIGHTDECK_LOAD_MODELS": "mlp",
             "FLIGHTDECK_SCHEDULER": "false",
+            "FLIGHTDECK_LOG_SAMPLE_RATE": "1",
             "FLIGHTDECK_MAX_QUEUE_SIZE": "1",  # so that 2 Flask threads are allowed
             "FLIGHTDECK_MAX_BATCH_SIZE": "1",
             "FLIGHTDECK_HEADER_TIMEOUT_S": str(HEADER_S),
@@ -62,6 +65,12 @@ def read_all(sock: socket.socket) -> bytes:
     except ConnectionResetError:
         pass
     return answer
+
+
+def cookie_of(headers: dict[str, str]) -> str | None:
+    """The cookie a response set (name=value), or None."""
+    value = next((v for k, v in headers.items() if k.lower() == "set-cookie"), None)
+    return None if value is None else value.split(";")[0]
 
 
 def closed_by(server: Server, reason: str) -> float:
@@ -211,3 +220,63 @@ def test_a_huge_bytes_body_is_decoded_off_the_loop_so_probes_stay_prompt(slow_se
     assert max(probes) < 0.5, sorted(probes)[-5:]
     lag = wait_until(lambda: metric(slow_server.metrics(), "flightdeck_event_loop_lag_seconds_count"), 5, "lag")
     assert lag > 0
+
+
+def test_a_cross_site_login_is_refused_and_sets_no_cookie(slow_server: Server) -> None:
+    login = {"name": INITIAL_ADMIN, "password": (slow_server.home / PASSWORD_FILE).read_text().strip()}
+    # What a cross-site HTML form can send without a CORS preflight: text/plain holding JSON.
+    as_form = {"Content-Type": "text/plain", "Origin": "null"}
+    status, body, headers = slow_server.post("/api/session", json.dumps(login).encode(), as_form)
+    assert status in (403, 415) and cookie_of(headers) is None
+    status, body, headers = slow_server.post("/api/session", json.dumps(login).encode(), {"Content-Type": "text/plain"})
+    assert status == 415 and "application/json" in body["error"]["message"] and cookie_of(headers) is None
+    for elsewhere in (
+        {"Origin": "https://attacker.example"},
+        {"Origin": "null"},
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site", "Origin": slow_server.url},  # a sibling host of the same site
+    ):
+        status, body, headers = slow_server.post("/api/session", login, elsewhere)
+        assert status == 403, (elsewhere, status, body)
+        assert "cross-site" in body["error"]["message"] and cookie_of(headers) is None
+    status, body, headers = slow_server.post(
+        "/api/session", login, {"Origin": slow_server.url, "Sec-Fetch-Site": "same-origin"}
+    )
+    assert status == 200 and cookie_of(headers) is not None
+    # Every cookie-authenticated write: the same rule, even with the session's CSRF token.
+    cookie = {"Cookie": cookie_of(headers), "X-CSRF-Token": body["csrf_token"]}
+    user = {"name": "eve", "password": "a-long-password-1", "role": "viewer"}
+    status, body, _ = slow_server.post("/api/users", user, {**cookie, "Origin": "https://attacker.example"})
+    assert status == 403 and "cross-site" in body["error"]["message"]
+    status, _, _ = slow_server.post("/api/users", json.dumps(user).encode(), {**cookie, "Content-Type": "text/plain"})
+    assert status == 415
+    status, body, _ = slow_server.post("/api/users", user, {**cookie, "Origin": slow_server.url})
+    assert status == 201, body
+
+
+def test_malformed_input_is_a_400_with_a_message_on_both_paths(slow_server: Server) -> None:
+    ones = json.dumps([0.5] * 64)
+    cases = {
+        "65 dimensions": b'{"inputs": [{"name": "input", "shape": %s, "datatype": "FP32", "data": [1.0]}]}'
+        % json.dumps([1] * 65).encode(),
+        "a lone surrogate as a name": b'{"inputs": [{"name": "\\ud800", "shape": [1, 64], "datatype": "FP32", '
+        b'"data": %s}]}' % ones.encode(),
+        "a lone surrogate, miscounted": b'{"inputs": [{"name": "\\ud800", "shape": [1, 64], "datatype": "FP32", '
+        b'"data": [0.5]}]}',
+        "a dimension of 1e30": b'{"inputs": [{"name": "input", "shape": [0, %d], "datatype": "FP32", "data": []}]}'
+        % 10**30,
+        "a dimension of 1e30 as a float": b'{"inputs": [{"name": "input", "shape": [0, 1e30], "datatype": "FP32", '
+        b'"data": []}]}',
+    }
+    for what, body in cases.items():
+        for extra in ({}, {"Cookie": "unrelated=1"}):  # on the event loop, and through Flask
+            status, answer, _ = slow_server.post("/v2/models/mlp/infer", body, extra)
+            assert status == 400, (what, extra, status, answer)
+            assert answer["error"], what
+    login = {"name": INITIAL_ADMIN, "password": (slow_server.home / PASSWORD_FILE).read_text().strip()}
+    status, who, headers = slow_server.post("/api/session", login)
+    cookie = {"Cookie": cookie_of(headers), "X-CSRF-Token": who["csrf_token"]}
+    status, answer, _ = slow_server.post("/api/users", b"[" * 5000 + b"]" * 5000, cookie)
+    assert status == 400 and "JSON" in answer["error"]["message"], (status, answer)
+    log = slow_server.output()
+    assert "Traceback" not in log and "Logging error" not in log, log[-3000:]
