@@ -41,7 +41,9 @@ WEAK_SECRETS = frozenset(
     }
 )
 MASK = "********"
-_URL_PASSWORD = re.compile(r"^(?P<head>[A-Za-z][\w+.-]*://[^:/@]*):[^@]*@")
+_URL_PASSWORD_ANYWHERE = re.compile(r"(?P<head>[A-Za-z][\w+.-]*://[^:/@\s]*):[^@\s]*@")
+_SECRET_PARAMETER = re.compile(r"pass|secret|token", re.IGNORECASE)  # libpq: password, sslpassword
+_PASSWORD_PARAMETER = re.compile(r"(?P<key>\b\w*(?:pass\w*|secret|token)\s*=\s*)('[^']*'|[^\s&;,'\"]+)", re.IGNORECASE)
 
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")  # a host or pod name: safe in labels and NODE:PID
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
@@ -57,8 +59,32 @@ def _setting(default: Any, doc: str, **limits: Any) -> Any:
 
 
 def mask_url(url: str) -> str:
-    """Return a database URL with its password replaced by ***, for printing and logs."""
-    return _URL_PASSWORD.sub(r"\g<head>:***@", url)
+    """Return a database URL with its password replaced by ***, for printing and logs.
+
+    The password may sit in the user part or, as libpq accepts, in the query (`?password=...`); both
+    are hidden, through SQLAlchemy's own URL parsing and rendering. Text that is not a URL is masked
+    by pattern, as `mask_secrets` masks any message.
+    """
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return mask_secrets(url)
+    secret_keys = [key for key in parsed.query if _SECRET_PARAMETER.search(key)]
+    if secret_keys:
+        parsed = parsed.difference_update_query(secret_keys)
+    shown = parsed.render_as_string(hide_password=True)
+    if secret_keys:
+        shown += ("&" if parsed.query else "?") + "&".join(f"{key}=***" for key in secret_keys)
+    return shown
+
+
+def mask_secrets(text: str) -> str:
+    """Return `text` (a message, a conninfo string) with URL passwords and password=... values replaced by ***."""
+    text = _URL_PASSWORD_ANYWHERE.sub(r"\g<head>:***@", text)
+    return _PASSWORD_PARAMETER.sub(r"\g<key>***", text)
 
 
 def _weak_secret(value: str) -> str | None:
@@ -109,7 +135,7 @@ class Settings(BaseSettings):
     database_url: SecretStr = _setting(
         SecretStr(""),
         "SQLAlchemy URL; empty means SQLite at HOME/flightdeck.db. postgresql+psycopg://... works too "
-        "(its password is masked wherever the URL is printed).",
+        "(its password, after the user name or as ?password=, is masked wherever the URL is printed).",
     )
     host: str = _setting("127.0.0.1", "Address gunicorn binds.", min_length=1)
     port: int = _setting(8000, "Port gunicorn binds.", ge=1, le=65535)
