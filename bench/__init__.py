@@ -1,0 +1,1 @@
+"""Benchmarks and soaks (the lead is moving serving/bench* here too)."""
