@@ -97,8 +97,8 @@ async def attack(port: int, slowloris: int, stalled: int, flask_stalled: int, bi
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_reader(sys.stdin.fileno(), stop.set)
-    big = {"inputs": [{"name": "text", "shape": [BIG_COUNT], "datatype": "BYTES", "data": [""] * BIG_COUNT}]}
-    body = json.dumps(big, separators=(",", ":"))
+    request = {"inputs": [{"name": "text", "shape": [BIG_COUNT], "datatype": "BYTES", "data": [""] * BIG_COUNT}]}
+    body = json.dumps(request, separators=(",", ":"))
     statuses: dict[str, int] = {}
     v2_head = b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (16 * 1024 * 1024)
     flask_head = (

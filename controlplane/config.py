@@ -218,6 +218,13 @@ class Settings(BaseSettings):
     keepalive_timeout_s: float = _setting(
         5.0, "An idle keep-alive connection (no request in progress, no new bytes) is closed after this.", gt=0
     )
+    max_request_values: int = _setting(
+        1_048_576,
+        "Most values the JSON of one inference request may hold, all inputs together (counted cheaply, before "
+        "parsing, as its commas); more get 413. Parsing JSON holds Python's lock, so millions of tiny values stall "
+        "every other request for a second: send large tensors with the binary tensor extension.",
+        ge=1,
+    )
     decode_thread_bytes: int = _setting(
         65536,
         "Inference bodies larger than this are decoded in a worker thread rather than on the event loop, so a big "

@@ -199,13 +199,25 @@ def test_past_the_connection_limit_idle_connections_make_room_for_working_client
             sock.close()
 
 
-def test_a_huge_bytes_body_is_decoded_off_the_loop_so_probes_stay_prompt(slow_server: Server) -> None:
-    count = 2_000_000  # about 8 MB of empty strings: seconds of decoding in Python
-    body = json.dumps({"inputs": [{"name": "input", "shape": [count], "datatype": "BYTES", "data": [""] * count}]})
+def bytes_body(count: int) -> bytes:
+    request = {"inputs": [{"name": "input", "shape": [count], "datatype": "BYTES", "data": [""] * count}]}
+    return json.dumps(request, separators=(",", ":")).encode()
+
+
+def test_millions_of_tiny_values_are_refused_before_parsing(slow_server: Server) -> None:
+    asked = time.monotonic()
+    status, answer, _ = slow_server.post("/v2/models/mlp/infer", bytes_body(2_000_000), timeout=60)
+    assert status == 413 and "FLIGHTDECK_MAX_REQUEST_VALUES" in answer["error"], answer
+    assert time.monotonic() - asked < 5
+
+
+def test_a_big_body_is_decoded_off_the_loop_so_probes_stay_prompt(slow_server: Server) -> None:
+    body = bytes_body(1_000_000)  # just under the values' limit: about a second of decoding in Python
     answered: list[int] = []
 
     def send() -> None:
-        answered.append(slow_server.post("/v2/models/mlp/infer", body.encode(), timeout=60)[0])
+        for _ in range(2):
+            answered.append(slow_server.post("/v2/models/mlp/infer", body, timeout=60)[0])
 
     sender = threading.Thread(target=send)
     sender.start()
@@ -215,7 +227,7 @@ def test_a_huge_bytes_body_is_decoded_off_the_loop_so_probes_stay_prompt(slow_se
         assert slow_server.get("/v2/health/live")[0] == 200
         probes.append(time.monotonic() - asked)
     sender.join()
-    assert answered == [400]  # mlp takes FP32: refused once decoded
+    assert answered == [400, 400]  # mlp takes FP32: refused once decoded
     assert len(probes) > 5, probes
     assert max(probes) < 0.5, sorted(probes)[-5:]
     lag = wait_until(lambda: metric(slow_server.metrics(), "flightdeck_event_loop_lag_seconds_count"), 5, "lag")
