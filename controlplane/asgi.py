@@ -33,8 +33,9 @@ from flask import Flask
 
 from controlplane import context
 from controlplane.httpprotocol import TIMED_OUT
-from controlplane.inference import Answer, Call
+from controlplane.inference import Answer, Call, too_many_values
 from controlplane.requestid import request_id_from
+from serving.codec import HEADER_LENGTH
 from serving.engine import Routed
 from serving.errors import PayloadTooLarge, ServingError
 
@@ -131,7 +132,9 @@ class Front:
             call = Call(services.engine, services.settings, name, version, request_id, header)
             try:
                 call.admit()
-                body = await read_body(receive, header("Content-Length"), services.settings.max_request_bytes)
+                # NOTE: a body all JSON is counted as it arrives, so millions of values are refused unread.
+                values = None if header(HEADER_LENGTH) is not None else services.settings.max_request_values
+                body = await read_body(receive, header("Content-Length"), services.settings.max_request_bytes, values)
                 if len(body) > services.settings.decode_thread_bytes:
                     routing = await asyncio.get_running_loop().run_in_executor(self._decoder, call.decode, body)
                 else:
@@ -139,6 +142,8 @@ class Front:
                 answer = call.succeeded(await _run(services, name, routing))
             except ServingError as exc:
                 answer = call.refused(exc)
+                if isinstance(exc, PayloadTooLarge):  # NOTE: the rest of its body is not read: the connection ends
+                    answer.headers.append(("Connection", "close"))
             except ClientGone:
                 if scope.get("extensions", {}).get(TIMED_OUT):
                     call.status = 408  # the connection's body deadline (controlplane.httpprotocol) answered it
@@ -186,12 +191,17 @@ def _wake(answered: asyncio.Future[None]) -> None:
         answered.set_result(None)
 
 
-async def read_body(receive: Receive, length: str | None, limit: int) -> bytes:
-    """Read the whole request body, refusing one over `limit` bytes (413) before reading it when it says so."""
+async def read_body(receive: Receive, length: str | None, limit: int, max_values: int | None = None) -> bytes:
+    """Read the whole request body, refusing one over `limit` bytes (413) before reading it when it says so.
+
+    With `max_values`, a JSON body whose commas reach it (an upper bound on its values) is refused as
+    soon as they do (413), before the rest arrives.
+    """
     if length is not None and length.isdigit() and int(length) > limit:
         raise PayloadTooLarge(f"request body of {int(length)} bytes is over the limit of {limit}")
     chunks: list[bytes] = []
     size = 0
+    values_limit = max_values or 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
@@ -201,6 +211,10 @@ async def read_body(receive: Receive, length: str | None, limit: int) -> bytes:
         if size > limit:
             raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
         chunks.append(chunk)
+        if max_values is not None:
+            max_values -= chunk.count(b",")
+            if max_values <= 0:
+                raise too_many_values(values_limit)
         if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 

@@ -63,6 +63,14 @@ def read_body(environ: dict[str, Any], limit: int) -> bytes:
     return body
 
 
+def too_many_values(limit: int) -> PayloadTooLarge:
+    """The refusal of a request whose JSON holds more than `limit` values."""
+    return PayloadTooLarge(
+        f"the request's JSON holds more than {limit} values (FLIGHTDECK_MAX_REQUEST_VALUES); "
+        "send large tensors with the binary tensor extension"
+    )
+
+
 def header_length(raw: str | None) -> int | None:
     """Parse Inference-Header-Content-Length (the binary tensor extension's JSON part), if given."""
     if raw is None:
@@ -115,10 +123,7 @@ class Call:
         # NOTE: an upper bound on the JSON's values (each but the last of an array is followed by a comma),
         # counted in C at memchr speed before the parse, which holds the GIL for as long as it takes.
         if len(body) > limit and body.count(b",", 0, json_length) >= limit:
-            raise PayloadTooLarge(
-                f"the request's JSON holds more than {limit} values (FLIGHTDECK_MAX_REQUEST_VALUES); "
-                "send large tensors with the binary tensor extension"
-            )
+            raise too_many_values(limit)
         self.decoded = decoded = decode_request(body, json_length)
         self.decode_ns = time.perf_counter_ns() - decode_started
         self.decode_ms = (time.perf_counter() - self.started) * 1000  # the body's reading included
