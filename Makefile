@@ -36,6 +36,7 @@ bench: install
 	$(PY) -m serving.bench_public
 	$(PY) -m controlplane.history.overhead
 	$(PY) -m controlplane.rollout.bench
+	$(PY) -m bench.hostile  # slow and hostile clients against steady load (SECURITY.md)
 
 lint: install
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .
