@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -249,6 +250,7 @@ def run(args: argparse.Namespace) -> int:
         closed = {k: v - closed_before.get(k, 0.0) for k, v in metrics(port).items() if k != "lag_max_s"}
     finally:
         server.stop()
+    shutil.rmtree(folder, ignore_errors=True)  # NOTE: only after a whole run; a failed one leaves its log there
     clean_rps = clean.statuses.get(200, 0) / clean.seconds
     attacked_rps = attacked.statuses.get(200, 0) / attacked.seconds
     print(f"\ninference (mlp, {args.concurrency} keep-alive clients, {args.seconds:g} s windows)")
