@@ -44,6 +44,7 @@ bench: install
 	$(PY) -m bench.rollout
 	$(PY) -m bench.label_cost
 	$(PY) -m bench.canary_lab --loads 4,16 --repeats 2  # the issue's goal, 20 A/A rollouts: --repeats 10
+	$(PY) -m bench.hostile  # slow and hostile clients against steady load (SECURITY.md)
 
 lint: install
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .

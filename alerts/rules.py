@@ -100,6 +100,18 @@ def too_little_traffic(requests: int, needed: int, window: timedelta) -> Insuffi
     )
 
 
+class _Labels(dict):
+    """A template's fields: a missing one renders as '?'.
+
+    NOTE: declared once here; declared inside `render`, a new class was built on every call (each
+    alert's summary and description, every evaluation): about 1 KB held in reference cycles until the
+    collector ran, and dict's subclass registry growing with them.
+    """
+
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
 class _NoValue:
     """Stands in for a missing value in a template: every format spec renders `n/a`, never `nan%`."""
 
@@ -157,13 +169,8 @@ class Rule:
 
     def render(self, template: str, labels: dict[str, str], value: float | None) -> str:
         """Fill a summary/description template; a missing label renders as '?', a missing value as 'n/a'."""
-
-        class Missing(dict):
-            def __missing__(self, key: str) -> str:
-                return "?"
-
         try:
-            return template.format_map(Missing(labels, value=_NoValue() if value is None else value))
+            return template.format_map(_Labels(labels, value=_NoValue() if value is None else value))
         except (ValueError, TypeError):
             return template
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -282,6 +283,9 @@ async def generate(
 
 
 def _say(line: str) -> None:
+    # NOTE: uvloop leaves stdout non-blocking; the result line (every latency) can pass the pipe's 64 KiB, and a
+    # partial write then cut it short whenever the parent was slow to read.
+    os.set_blocking(sys.stdout.fileno(), True)
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
 

@@ -9,6 +9,12 @@ the two answer alike. Every other request goes to the Flask app through a2wsgi's
 (`FLIGHTDECK_THREADS` threads), and so do inference requests it cannot answer exactly as Flask
 would: FLIGHTDECK_INFERENCE_AUTH on (token checks need a database session), a session cookie
 (Flask would open that session), a mount point (root_path) or a path that is not ASCII.
+
+The probes (`GET /v2/health/live`, `/v2/health/ready`) are answered here too, so a Flask thread pool
+held busy (slow clients, long API calls) never makes a healthy pod fail its liveness probe. A body
+over FLIGHTDECK_DECODE_THREAD_BYTES is decoded in a thread of its own pool, not on the loop. A body
+that stops arriving is ended by the connection's body deadline (`controlplane.httpprotocol`): the
+request is logged as 408.
 """
 
 from __future__ import annotations
@@ -19,14 +25,17 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from a2wsgi import WSGIMiddleware
 from flask import Flask
 
 from controlplane import context
-from controlplane.inference import Answer, Call
+from controlplane.httpprotocol import TIMED_OUT
+from controlplane.inference import Answer, Call, too_many_values
 from controlplane.requestid import request_id_from
+from serving.codec import HEADER_LENGTH
 from serving.engine import Routed
 from serving.errors import PayloadTooLarge, ServingError
 
@@ -42,6 +51,8 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 # Flask's rules for the view, `<name>` and `<version>` being Werkzeug's default converter ([^/]+).
 _INFER = re.compile(r"/v2/models/([^/]+)/(?:versions/([^/]+)/)?infer")
 _INTERNAL_ERROR = json.dumps({"error": "internal server error"}).encode()
+_PROBES = {"/v2/health/live", "/v2/health/ready"}
+DECODE_THREADS = 2  # NOTE: big bodies decode two at a time; more would only share the same cores and the GIL
 
 
 class ClientGone(Exception):
@@ -55,12 +66,21 @@ class Front:
         self.services: Services = context.app_services(flask_app)
         threads = self.services.settings.http_threads
         self.flask = WSGIMiddleware(_input_terminated(flask_app.wsgi_app), workers=threads)
+        self._decoder = ThreadPoolExecutor(DECODE_THREADS, thread_name_prefix="decode")
 
     def begin_drain(self) -> None:
         """Stop admitting inference requests at once (readiness turns false); accepted ones finish."""
         self.services.engine.begin_drain()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] == "http"
+            and scope["path"] in _PROBES
+            and scope["method"] == "GET"
+            and not scope.get("root_path")
+        ):
+            await self._probe(scope, send)
+            return
         name_version = self._inference_route(scope)
         if name_version is None:
             await self.flask(scope, receive, send)
@@ -70,9 +90,22 @@ class Front:
             await self.flask(scope, receive, send)
             return
         try:
-            await self._infer(headers, receive, send, *name_version)
+            await self._infer(scope, headers, receive, send, *name_version)
         except ClientGone:
             return
+
+    async def _probe(self, scope: Scope, send: Send) -> None:
+        """Answer a liveness or readiness probe on the loop, as the Flask views `oip.live` and `oip.ready` do."""
+        request_id = request_id_from(dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1") or None)
+        if scope["path"].endswith("/live"):
+            status, body = 200, b'{"live": true}'
+        else:
+            ready = self.services.engine.ready()
+            status, body = (200, b'{"ready": true}') if ready else (503, b'{"ready": false}')
+        await send(
+            {"type": "http.response.start", "status": status, "headers": _headers(Answer(status, body), request_id)}
+        )
+        await send({"type": "http.response.body", "body": body})
 
     def _inference_route(self, scope: Scope) -> tuple[str, str | None] | None:
         """Return (model, version) when this request may be answered here, else None."""
@@ -87,7 +120,7 @@ class Front:
         return match[1], match[2]
 
     async def _infer(
-        self, headers: dict[bytes, bytes], receive: Receive, send: Send, name: str, version: str | None
+        self, scope: Scope, headers: dict[bytes, bytes], receive: Receive, send: Send, name: str, version: str | None
     ) -> None:
         def header(name: str) -> str | None:
             value = headers.get(name.lower().encode("latin-1"))
@@ -99,13 +132,25 @@ class Front:
             call = Call(services.engine, services.settings, name, version, request_id, header)
             try:
                 call.admit()
-                body = await read_body(receive, header("Content-Length"), services.settings.max_request_bytes)
-                answer = call.succeeded(await _run(services, name, call.decode(body)))
+                # NOTE: a body all JSON is counted as it arrives, so millions of values are refused unread.
+                values = None if header(HEADER_LENGTH) is not None else services.settings.max_request_values
+                body = await read_body(receive, header("Content-Length"), services.settings.max_request_bytes, values)
+                if len(body) > services.settings.decode_thread_bytes:
+                    routing = await asyncio.get_running_loop().run_in_executor(self._decoder, call.decode, body)
+                else:
+                    routing = call.decode(body)
+                answer = call.succeeded(await _run(services, name, routing))
             except ServingError as exc:
                 answer = call.refused(exc)
+                if isinstance(exc, PayloadTooLarge):  # NOTE: the rest of its body is not read: the connection ends
+                    answer.headers.append(("Connection", "close"))
             except ClientGone:
-                call.status = 499  # nginx's "client closed request": in the log, not a server error
-                call.record["error"] = "the client closed the connection before its body arrived"
+                if scope.get("extensions", {}).get(TIMED_OUT):
+                    call.status = 408  # the connection's body deadline (controlplane.httpprotocol) answered it
+                    call.record["error"] = "the request body stopped arriving"
+                else:
+                    call.status = 499  # nginx's "client closed request": in the log, not a server error
+                    call.record["error"] = "the client closed the connection before its body arrived"
                 raise
             finally:
                 call.log()
@@ -146,12 +191,17 @@ def _wake(answered: asyncio.Future[None]) -> None:
         answered.set_result(None)
 
 
-async def read_body(receive: Receive, length: str | None, limit: int) -> bytes:
-    """Read the whole request body, refusing one over `limit` bytes (413) before reading it when it says so."""
+async def read_body(receive: Receive, length: str | None, limit: int, max_values: int | None = None) -> bytes:
+    """Read the whole request body, refusing one over `limit` bytes (413) before reading it when it says so.
+
+    With `max_values`, a JSON body whose commas reach it (an upper bound on its values) is refused as
+    soon as they do (413), before the rest arrives.
+    """
     if length is not None and length.isdigit() and int(length) > limit:
         raise PayloadTooLarge(f"request body of {int(length)} bytes is over the limit of {limit}")
     chunks: list[bytes] = []
     size = 0
+    values_limit = max_values or 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
@@ -161,6 +211,10 @@ async def read_body(receive: Receive, length: str | None, limit: int) -> bytes:
         if size > limit:
             raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
         chunks.append(chunk)
+        if max_values is not None:
+            max_values -= chunk.count(b",")
+            if max_values <= 0:
+                raise too_many_values(values_limit)
         if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 

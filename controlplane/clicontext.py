@@ -18,7 +18,7 @@ import click
 from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
-from controlplane.config import ConfigError, Settings, load_settings, mask_url
+from controlplane.config import ConfigError, Settings, load_settings, mask_secrets, mask_url
 from controlplane.errors import ApiError
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ def database_error(exc: DBAPIError, settings: Settings) -> CliError:
     """Turn a database failure into one line: a schema that is not there, or a server not reached."""
     where = mask_url(settings.sqlalchemy_url)
     # The driver's own message, first line only (SQLAlchemy appends the statement and a link).
-    reason = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
+    reason = mask_secrets((str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0])
     if "no such table" in reason or ("relation" in reason and "does not exist" in reason):
         return CliError(
             f"{where} has no schema (or an old one): {reason}; run `flightdeck db upgrade`", EXIT_UNAVAILABLE

@@ -41,7 +41,9 @@ WEAK_SECRETS = frozenset(
     }
 )
 MASK = "********"
-_URL_PASSWORD = re.compile(r"^(?P<head>[A-Za-z][\w+.-]*://[^:/@]*):[^@]*@")
+_URL_PASSWORD_ANYWHERE = re.compile(r"(?P<head>[A-Za-z][\w+.-]*://[^:/@\s]*):[^@\s]*@")
+_SECRET_PARAMETER = re.compile(r"pass|secret|token", re.IGNORECASE)  # libpq: password, sslpassword
+_PASSWORD_PARAMETER = re.compile(r"(?P<key>\b\w*(?:pass\w*|secret|token)\s*=\s*)('[^']*'|[^\s&;,'\"]+)", re.IGNORECASE)
 
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")  # a host or pod name: safe in labels and NODE:PID
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
@@ -57,8 +59,32 @@ def _setting(default: Any, doc: str, **limits: Any) -> Any:
 
 
 def mask_url(url: str) -> str:
-    """Return a database URL with its password replaced by ***, for printing and logs."""
-    return _URL_PASSWORD.sub(r"\g<head>:***@", url)
+    """Return a database URL with its password replaced by ***, for printing and logs.
+
+    The password may sit in the user part or, as libpq accepts, in the query (`?password=...`); both
+    are hidden, through SQLAlchemy's own URL parsing and rendering. Text that is not a URL is masked
+    by pattern, as `mask_secrets` masks any message.
+    """
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return mask_secrets(url)
+    secret_keys = [key for key in parsed.query if _SECRET_PARAMETER.search(key)]
+    if secret_keys:
+        parsed = parsed.difference_update_query(secret_keys)
+    shown = parsed.render_as_string(hide_password=True)
+    if secret_keys:
+        shown += ("&" if parsed.query else "?") + "&".join(f"{key}=***" for key in secret_keys)
+    return shown
+
+
+def mask_secrets(text: str) -> str:
+    """Return `text` (a message, a conninfo string) with URL passwords and password=... values replaced by ***."""
+    text = _URL_PASSWORD_ANYWHERE.sub(r"\g<head>:***@", text)
+    return _PASSWORD_PARAMETER.sub(r"\g<key>***", text)
 
 
 def _weak_secret(value: str) -> str | None:
@@ -109,7 +135,7 @@ class Settings(BaseSettings):
     database_url: SecretStr = _setting(
         SecretStr(""),
         "SQLAlchemy URL; empty means SQLite at HOME/flightdeck.db. postgresql+psycopg://... works too "
-        "(its password is masked wherever the URL is printed).",
+        "(its password, after the user name or as ?password=, is masked wherever the URL is printed).",
     )
     host: str = _setting("127.0.0.1", "Address gunicorn binds.", min_length=1)
     port: int = _setting(8000, "Port gunicorn binds.", ge=1, le=65535)
@@ -169,6 +195,42 @@ class Settings(BaseSettings):
     )
     warmup_max_sequence: int = _setting(128, "Longest sequence bucket used for warm-up.", ge=1)
     max_request_bytes: int = _setting(16 * 1024 * 1024, "Largest inference request body; larger ones get 413.", ge=1)
+    header_timeout_s: float = _setting(
+        10.0,
+        "A request's line and headers must arrive whole within this many seconds of their first byte (of the "
+        "connection's opening, for its first request); else 408 and the connection closes (nginx's "
+        "client_header_timeout). A new connection that sends nothing is closed after it.",
+        gt=0,
+    )
+    body_timeout_s: float = _setting(
+        10.0,
+        "Longest wait for the next bytes of a request body while the server reads it (nginx's "
+        "client_body_timeout); then 408 and the connection closes, freeing its buffer and any Flask thread "
+        "reading it.",
+        gt=0,
+    )
+    body_min_rate: int = _setting(
+        65536,
+        "Bytes per second a request body must average after its first BODY_TIMEOUT_S (Apache's mod_reqtimeout "
+        "MinRate): a body may take BODY_TIMEOUT_S plus one second per this many bytes. 0: only BODY_TIMEOUT_S.",
+        ge=0,
+    )
+    keepalive_timeout_s: float = _setting(
+        5.0, "An idle keep-alive connection (no request in progress, no new bytes) is closed after this.", gt=0
+    )
+    max_request_values: int = _setting(
+        1_048_576,
+        "Most values the JSON of one inference request may hold, all inputs together (counted cheaply, before "
+        "parsing, as its commas); more get 413. Parsing JSON holds Python's lock, so millions of tiny values stall "
+        "every other request for a second: send large tensors with the binary tensor extension.",
+        ge=1,
+    )
+    decode_thread_bytes: int = _setting(
+        65536,
+        "Inference bodies larger than this are decoded in a worker thread rather than on the event loop, so a big "
+        "body cannot stall the loop (and the health probes it answers).",
+        ge=0,
+    )
     drain_grace_s: float = _setting(30.0, "On SIGTERM, how long accepted requests may take to finish.", ge=0)
     log_sample_rate: float = _setting(
         0.01, "Share of successful, fast requests logged (errors and slow ones always are).", ge=0, le=1

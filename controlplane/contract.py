@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic.json_schema import SkipJsonSchema
 from werkzeug.routing import IntegerConverter, Map
 
-from controlplane.errors import ApiError
+from controlplane.errors import ApiError, UnsupportedMediaType
 
 CONTRACT = "flightdeck_contract"  # attribute on a view: its Contract
 JSON = "application/json"
@@ -164,10 +164,23 @@ def parse_body(model: type[BaseModel], *, required: bool = True) -> Any:
         if required:
             raise ApiError("the request body must be a JSON object")
         raw = b"{}"
+    elif not is_json(request.mimetype) and not request.path.startswith("/v2/"):
+        # NOTE: a cross-site form can send text/plain, urlencoded or multipart without a CORS preflight,
+        # never application/json: a JSON body that must say so cannot be forged by another site (login CSRF).
+        # /v2 (Triton's repository extension) takes what Triton takes: its clients may not say JSON, and its
+        # writes need a bearer token or, from the console's cookie, the X-CSRF-Token header.
+        raise UnsupportedMediaType(
+            f"the request body must be sent with Content-Type: application/json, not {request.mimetype or 'none'!r}"
+        )
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:
         raise ApiError(describe(exc, model)) from None
+
+
+def is_json(mimetype: str) -> bool:
+    """Whether a Content-Type (without parameters) says JSON: application/json or application/*+json."""
+    return mimetype == JSON or (mimetype.startswith("application/") and mimetype.endswith("+json"))
 
 
 def parse_query(model: type[BaseModel]) -> Any:

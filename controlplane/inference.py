@@ -73,6 +73,14 @@ def read_body(environ: dict[str, Any], limit: int) -> bytes:
     return body
 
 
+def too_many_values(limit: int) -> PayloadTooLarge:
+    """The refusal of a request whose JSON holds more than `limit` values."""
+    return PayloadTooLarge(
+        f"the request's JSON holds more than {limit} values (FLIGHTDECK_MAX_REQUEST_VALUES); "
+        "send large tensors with the binary tensor extension"
+    )
+
+
 def header_length(raw: str | None) -> int | None:
     """Parse Inference-Header-Content-Length (the binary tensor extension's JSON part), if given."""
     if raw is None:
@@ -120,7 +128,13 @@ class Call:
     def decode(self, body: bytes) -> dict[str, Any]:
         """Decode the body; return the keyword arguments of `engine.infer` (and `submit`) after the model's name."""
         decode_started = time.perf_counter_ns()
-        self.decoded = decoded = decode_request(body, header_length(self.header(HEADER_LENGTH)))
+        json_length = header_length(self.header(HEADER_LENGTH))
+        limit = self.settings.max_request_values
+        # NOTE: an upper bound on the JSON's values (each but the last of an array is followed by a comma),
+        # counted in C at memchr speed before the parse, which holds the GIL for as long as it takes.
+        if len(body) > limit and body.count(b",", 0, json_length) >= limit:
+            raise too_many_values(limit)
+        self.decoded = decoded = decode_request(body, json_length)
         self.decode_ns = time.perf_counter_ns() - decode_started
         self.decode_ms = (time.perf_counter() - self.started) * 1000  # the body's reading included
         timeout_us = decoded.timeout_us

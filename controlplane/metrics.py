@@ -131,6 +131,44 @@ NOTIFICATIONS = Counter(
     "inhibited before it went out).",
     ("receiver", "outcome"),
 )
+CONNECTIONS_CLOSED = Counter(
+    "flightdeck_connections_closed_total",
+    "Client connections the server closed, by reason: header_timeout (the request head did not arrive whole in "
+    "HEADER_TIMEOUT_S, or nothing came), body_timeout (the body stopped arriving: BODY_TIMEOUT_S, BODY_MIN_RATE), "
+    "keepalive_timeout (idle between requests), evicted (idle, closed to make room past worker_connections).",
+    ("reason",),
+)
+LOOP_LAG = Histogram(
+    "flightdeck_event_loop_lag_seconds",
+    "How late each worker's event loop ran a timer due every 0.1 s: time the loop spent on something else.",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+LOOP_LAG_MAX = Gauge(
+    "flightdeck_event_loop_lag_max_seconds",
+    "The longest event-loop lag of the last second, the worst worker's.",
+    multiprocess_mode="livemax",
+)
+
+
+def connection_closed(reason: str) -> None:
+    """Count a connection the server closed (reason: one of controlplane.httpprotocol.REASONS)."""
+    CONNECTIONS_CLOSED.labels(reason).inc()
+
+
+class LoopLag:
+    """Records event-loop lag samples: each in the histogram, the worst of each second in the gauge."""
+
+    WINDOW = 10  # samples (one second at looplag.INTERVAL_S)
+
+    def __init__(self) -> None:
+        self._window: list[float] = []
+
+    def record(self, lag_s: float) -> None:
+        LOOP_LAG.observe(lag_s)
+        self._window.append(lag_s)
+        if len(self._window) >= self.WINDOW:
+            LOOP_LAG_MAX.set(max(self._window))
+            self._window.clear()
 
 
 class SlotMetrics:

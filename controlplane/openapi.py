@@ -170,10 +170,14 @@ def _operation(app: Flask, rule: Any, method: str, schemas: _Schemas, components
     security, role = _security(view, path, method)
     if contract.body is not None or contract.query is not None or params:
         responses.setdefault("400", _error("The request is wrong; the message names the field", v2))
+    if contract.body is not None and contract.body_media == JSON and contract.runtime and not path.startswith("/v2"):
+        responses.setdefault("415", _error("The body is not sent as Content-Type: application/json", v2))
     if security:
         responses.setdefault("401", _error("Not authenticated (WWW-Authenticate: Bearer)", v2))
         if role is not None:
             responses.setdefault("403", _error("Role too low, or a cookie write without X-CSRF-Token", v2))
+    if method.upper() in MUTATING and not path.startswith("/v2"):
+        responses.setdefault("403", _error("A cross-site request (its Origin or Sec-Fetch-Site), refused", v2))
     for status, words in contract.errors.items():
         responses[str(status)] = _error(words, v2)
     op["responses"] = dict(sorted(responses.items()))

@@ -19,7 +19,7 @@ def input_hash(tensors: dict[str, np.ndarray]) -> str:
     digest = hashlib.blake2b(digest_size=8)
     for name in sorted(tensors):
         array = tensors[name]
-        digest.update(name.encode())
+        digest.update(name.encode("utf-8", "surrogatepass"))  # NOTE: a name JSON allowed may hold a lone surrogate
         digest.update(str(array.dtype).encode() + str(array.shape).encode())
         digest.update(np.ascontiguousarray(array).tobytes())
     return digest.hexdigest()
@@ -42,7 +42,25 @@ def log_request(
     slow_ms: float,
     tensors: dict[str, np.ndarray] | None = None,
 ) -> None:
-    """Emit the request's line if it failed, was slow, or falls in the sample (hashing inputs only then)."""
+    """Emit the request's line if it failed, was slow, or falls in the sample (hashing inputs only then).
+
+    Never raises: it runs after the answer is decided (in a `finally`), and a log line must not turn a
+    400 into a 500; a failure here is logged once, with its traceback, as the bug it is.
+    """
+    try:
+        _log_request(record, status, total_ms, sample_rate, slow_ms, tensors)
+    except Exception:
+        logging.getLogger(__name__).exception("could not write the request log line of %r", record.get("request_id"))
+
+
+def _log_request(
+    record: dict[str, Any],
+    status: int,
+    total_ms: float,
+    sample_rate: float,
+    slow_ms: float,
+    tensors: dict[str, np.ndarray] | None,
+) -> None:
     if status < 400 and total_ms < slow_ms and not sampled(record["request_id"], sample_rate):
         return
     if tensors is not None:

@@ -83,6 +83,11 @@ class InferRequest:
         return value
 
 
+# numpy's limits: at most 64 dimensions (32 before numpy 2), each an intp.
+MAX_DIMS = 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32
+MAX_DIM = np.iinfo(np.intp).max
+
+
 def _object(value: Any, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InvalidInput(f"{what} must be a JSON object")
@@ -92,9 +97,21 @@ def _object(value: Any, what: str) -> dict[str, Any]:
 def _shape(value: Any, name: str) -> tuple[int, ...]:
     if not isinstance(value, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in value):
         raise InvalidInput(f"input '{name}': 'shape' must be a list of integers")
+    if len(value) > MAX_DIMS:
+        raise InvalidInput(
+            f"input '{name}': shape has {len(value)} dimensions; at most {MAX_DIMS} are supported", "shape"
+        )
     if any(d < 0 for d in value):
-        raise InvalidInput(f"input '{name}': shape {value} has a negative dimension", "shape")
+        raise InvalidInput(f"input '{name}': shape {_short(value)} has a negative dimension", "shape")
+    if any(d > MAX_DIM for d in value):
+        raise InvalidInput(f"input '{name}': shape {_short(value)} has a dimension over {MAX_DIM}", "shape")
     return tuple(value)
+
+
+def _short(shape: list[int]) -> str:
+    """A shape for a message: whole, or its first dimensions when it is long or its numbers huge."""
+    text = str(shape)
+    return text if len(text) <= 120 else text[:117] + "...]"
 
 
 # Which kinds of JSON value (as numpy infers them) each target kind accepts: no strings, no

@@ -47,7 +47,8 @@ class Server:
     ) -> tuple[int, dict, dict]:
         """POST JSON (or raw bytes); return (status, body, headers)."""
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        request = urllib.request.Request(self.url + path, data=data, method="POST", headers=headers or {})
+        headers = {"Content-Type": "application/json", **(headers or {})}
+        request = urllib.request.Request(self.url + path, data=data, method="POST", headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 return response.status, json.load(response), dict(response.headers)

@@ -107,7 +107,12 @@ def _refused_body_audited(action: str, model: type[BaseModel], target: Callable[
 
 
 def _typed_name() -> str:
-    raw = request.get_json(silent=True)
+    try:
+        raw = request.get_json(silent=True)
+    except (
+        RecursionError
+    ):  # NOTE: silent covers ValueError only; json's nesting limit raises this (a 400 from the contract)
+        return ""
     return raw["name"] if isinstance(raw, dict) and isinstance(raw.get("name"), str) else ""
 
 

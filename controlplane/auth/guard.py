@@ -15,6 +15,7 @@ import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from flask import Response, current_app, g, request, session
 from sqlalchemy.exc import SQLAlchemyError
@@ -244,8 +245,34 @@ def public(view: View) -> View:
     return view
 
 
+def cross_site() -> str | None:
+    """Say why this request comes from another site, by its Sec-Fetch-Site or Origin header; None when neither says so.
+
+    NOTE: browsers send both on a POST (Sec-Fetch-Site since 2020-2023, Origin for longer); a client that is
+    not a browser sends neither and is not refused. `none` is a request the user made (typed, bookmarked).
+    The server's own origin is the one the request reached (scheme and Host, as seen behind
+    FORWARDED_ALLOW_IPS) or FLIGHTDECK_PUBLIC_URL's.
+    """
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None and site not in ("same-origin", "none"):
+        return f"Sec-Fetch-Site is {site!r}"
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return None
+    own = {f"{request.scheme}://{request.host}"}
+    public_url = urlsplit(current_services().settings.public_url)
+    if public_url.scheme and public_url.netloc:
+        own.add(f"{public_url.scheme}://{public_url.netloc}")
+    if origin.rstrip("/") not in own:
+        return f"Origin {origin[:200]!r} is not this server's ({', '.join(sorted(own))})"
+    return None
+
+
 def guard_request() -> Response | None:
     """Before every request: the safety net for views without `require_role`, and FLIGHTDECK_AUTH_READS.
+
+    First, a POST/PUT/PATCH/DELETE without a bearer token (a session cookie, or a login) that a browser
+    says comes from another site is refused (403): login CSRF, and a second line behind the CSRF token.
 
     A POST/PUT/PATCH/DELETE to a view that declares nothing needs an operator, so a write nobody
     guarded is still never anonymous. With auth_reads on, GET/HEAD under /api/ needs a viewer.
@@ -253,6 +280,10 @@ def guard_request() -> Response | None:
     """
     if request.path == "/v2" or request.path.startswith("/v2/"):
         return None
+    if request.method in MUTATING and "Authorization" not in request.headers:
+        elsewhere = cross_site()
+        if elsewhere is not None:
+            return refusal(Forbidden(f"a cross-site request is refused: {elsewhere}"))
     view = current_app.view_functions.get(request.endpoint or "")
     if view is None or getattr(view, ACCESS, None) is not None:
         return None

@@ -273,3 +273,15 @@ def test_a_client_gone_before_its_body_arrived_gets_no_answer_and_a_499_log_line
     lines = [json.loads(line) for line in log_file.read_text().splitlines()]
     gone = [line for line in lines if line["request_id"] == "gone-1"]
     assert len(gone) == 1 and gone[0]["status"] == 499 and "closed the connection" in gone[0]["error"]
+
+
+@pytest.mark.parametrize("path", ["/v2/health/live", "/v2/health/ready"])
+def test_probes_are_answered_on_the_loop_as_flask_answers_them(app: Flask, flask_requests: list[str], path) -> None:
+    headers = {"X-Request-ID": REQUEST_ID}
+    front = asgi_call(Front(app), path, headers=headers, method="GET")
+    response = Client(app.wsgi_app).get(path, headers=headers)
+    flask = Reply(response.status_code, list(response.headers.items()), response.get_data())
+    assert_same(front, flask)
+    assert flask_requests == [path]  # only the direct call: the front answered its own
+    app.extensions["flightdeck"].engine.begin_drain()
+    assert asgi_call(Front(app), "/v2/health/ready", method="GET").json() == {"ready": False}

@@ -128,6 +128,12 @@ def test_printing_the_settings_masks_every_secret() -> None:
         ("postgresql+psycopg://u:p%40ss:w@h:5/d?sslmode=require", "postgresql+psycopg://u:***@h:5/d?sslmode=require"),
         ("postgresql://u@h/d", "postgresql://u@h/d"),
         ("sqlite:////var/lib/fd/flightdeck.db", "sqlite:////var/lib/fd/flightdeck.db"),
+        ("postgresql://fd@h/d?password=hunter2", "postgresql://fd@h/d?password=***"),  # libpq takes it there too
+        (
+            "postgresql://fd:a@h/d?sslmode=require&password=hun%26ter2&sslpassword=x",
+            "postgresql://fd:***@h/d?sslmode=require&password=***&sslpassword=***",
+        ),
+        ("not a URL, password=hunter2", "not a URL, password=***"),
     ],
 )
 def test_database_urls_are_printed_without_their_password(url: str, shown: str) -> None:

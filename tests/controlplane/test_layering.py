@@ -33,6 +33,7 @@ WEB_SUPPORT = {
     "controlplane.app",
     "controlplane.asgi",
     "controlplane.worker",
+    "controlplane.httpprotocol",
     "controlplane.context",
     "controlplane.contract",
     "controlplane.errorhandlers",

@@ -137,7 +137,7 @@ def test_the_lockout_is_per_name_and_address(app, client, clock) -> None:
 def test_login_input_is_checked(client) -> None:
     assert "'name'" in client.post("/api/session", json={"password": "x"}).get_json()["error"]["message"]
     assert "'password'" in client.post("/api/session", json={"name": "x"}).get_json()["error"]["message"]
-    assert client.post("/api/session", data="not json").status_code == 400
+    assert client.post("/api/session", data="not json", content_type="application/json").status_code == 400
 
 
 def test_the_lockout_holds_in_every_process_sharing_the_database(app_config) -> None:
