@@ -93,6 +93,7 @@ def start_server(home: Path, env: dict[str, str] | None = None, ready_timeout: f
         "FLIGHTDECK_HOST": "127.0.0.1",
         "FLIGHTDECK_PORT": str(port),
         "FLIGHTDECK_DEMO_MODELS": "false",
+        "FLIGHTDECK_WORKERS": "1",  # the product's default follows the cores; tests about several workers say 2
         "FLIGHTDECK_RECEIVER_ALLOW": "127.0.0.1",  # the tests' chat receivers listen on loopback
         "FLIGHTDECK_WARMUP_MAX_SEQUENCE": "16",  # each worker's text-model warm-up: ~0.05 s instead of ~1.5 s
         **(env or {}),
