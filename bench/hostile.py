@@ -5,7 +5,7 @@
 Starts Flightdeck as `make run` does (its own data directory, demo models, one worker by default,
 deadlines lowered to --timeout seconds so they act within a short run, `--worker-connections` lower
 than the slow heads so that eviction acts too), then runs the same closed-loop inference load
-(`serving.loadgen`, the demo mlp) twice: clean, then while an attacker process keeps open
+(`bench.loadgen`, the demo mlp) twice: clean, then while an attacker process keeps open
 
 - slowloris heads: connections that send part of a request head and one more header line a second;
 - stalled bodies: `/v2` requests announcing 16 MiB, sending 1 MiB, then nothing; and Flask ones
@@ -36,8 +36,9 @@ import urllib.request
 from pathlib import Path
 
 import uvloop
-from serving.bench_peers import start_flightdeck, tree_cpu_by_pid, wait_all_workers
-from serving.loadgen import Result, drive
+
+from bench.loadgen import Result, drive
+from bench.peers import start_flightdeck, tree_cpu_by_pid, wait_all_workers
 
 ROOT = Path(__file__).resolve().parent.parent
 MLP_BODY = json.dumps({"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [0.25] * 64}]})

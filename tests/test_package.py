@@ -27,7 +27,17 @@ from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SKIP = shutil.ignore_patterns(
-    ".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "test-artifacts", ".flightdeck", "var"
+    ".git",
+    ".venv*",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".*_cache",
+    ".hypothesis",
+    "test-artifacts",
+    ".flightdeck",
+    "var",
 )
 
 
