@@ -35,13 +35,11 @@ from gunicorn.arbiter import Arbiter
 from uvicorn.server import Server
 from uvicorn_worker import UvicornWorker
 
-from controlplane.httpprotocol import MAX_HEAD_BYTES, BoundedHttpToolsProtocol, ConnectionLimits
+from controlplane.httpprotocol import BoundedHttpToolsProtocol, ConnectionLimits
 from controlplane.looplag import watch_loop_lag
 
 if TYPE_CHECKING:
     from controlplane.config import Settings
-
-__all__ = ["MAX_HEAD_BYTES", "BoundedHttpToolsProtocol", "DrainingServer", "FlightdeckWorker"]
 
 HOOK_TIME_S = 2  # of gunicorn's graceful timeout, kept for the worker_exit hook
 

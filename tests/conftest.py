@@ -25,7 +25,7 @@ ONE_WORKER_FOLDERS = ("tests/e2e/", "tests/public_models/")
 # The longest sequence apps and servers in tests warm up (the product's default, 128, costs ~1.5 s a start).
 WARMUP_MAX_SEQUENCE = 16
 # Fixtures that start a real server, a PostgreSQL cluster or an S3 endpoint: a test asking for one is slow.
-SLOW_FIXTURES = {"server", "cluster", "pg_cluster", "pg_sessions", "s3_endpoint", "both"}
+SLOW_FIXTURES = {"server", "cluster", "pg_cluster", "pg_sessions", "s3_endpoint"}
 # And these, by node id prefix: real servers started by the test itself, promtool, long in-process runs.
 SLOW_TESTS = (
     "tests/controlplane/test_server.py",

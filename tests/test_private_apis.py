@@ -86,7 +86,8 @@ async def _asgi_app(scope: dict, receive: Any, send: Any) -> None:
 def test_uvicorns_config_takes_a_protocol_class_and_the_settings_the_worker_sets() -> None:
     from uvicorn.config import Config
 
-    from controlplane.worker import BoundedHttpToolsProtocol, FlightdeckWorker
+    from controlplane.httpprotocol import BoundedHttpToolsProtocol
+    from controlplane.worker import FlightdeckWorker
 
     async def notify() -> None: ...
 

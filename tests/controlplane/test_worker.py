@@ -1,4 +1,4 @@
-"""The worker's HTTP protocol (controlplane.worker.BoundedHttpToolsProtocol) on a real socket, in process."""
+"""The worker's HTTP protocol (controlplane.httpprotocol.BoundedHttpToolsProtocol) on a real socket, in process."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import threading
 import uvicorn
 import uvloop
 
-from controlplane.worker import MAX_HEAD_BYTES, BoundedHttpToolsProtocol
+from controlplane.httpprotocol import MAX_HEAD_BYTES, BoundedHttpToolsProtocol
 
 
 def test_a_pipelined_head_over_the_limit_is_refused_after_the_answer_in_progress_not_instead_of_it() -> None:
