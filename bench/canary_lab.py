@@ -21,12 +21,9 @@ goal is 20 A/A rollouts (`--repeats 10 --loads 4,16`); on the shared 2-core mach
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
-import random
 import statistics
 import tempfile
-import threading
 import time
 from collections import Counter
 from datetime import datetime
@@ -37,7 +34,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from bench.engine import Server
-from bench.rollout import call, operator_token
+from bench.rollout import Traffic, call, operator_token
 
 MODEL = "lab"
 IN, HIDDEN, OUT = 64, 512, 10
@@ -138,42 +135,16 @@ def write_lab_models(store: Path) -> None:
         (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
 
 
-class Traffic:
-    """Closed-loop keep-alive clients POSTing varied single-sample inputs; counts statuses."""
-
-    def __init__(self, port: int, clients: int, seed: int = 0) -> None:
-        rng = np.random.default_rng(seed)
-        self.bodies = [
-            json.dumps(
-                {"inputs": [{"name": "input", "shape": [1, IN], "datatype": "FP32",
-                             "data": [round(float(v), 3) for v in rng.standard_normal(IN)]}]}
-            ).encode()
-            for _ in range(256)
-        ]  # fmt: skip
-        self.port, self.stop, self.lock = port, threading.Event(), threading.Lock()
-        self.statuses: Counter = Counter()
-        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(clients)]
-        for thread in self.threads:
-            thread.start()
-
-    def _run(self, index: int) -> None:
-        pick = random.Random(index)
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        headers = {"Content-Type": "application/json"}
-        try:
-            while not self.stop.is_set():
-                connection.request("POST", f"/v2/models/{MODEL}/infer", pick.choice(self.bodies), headers)
-                response = connection.getresponse()
-                response.read()
-                with self.lock:
-                    self.statuses[response.status] += 1
-        finally:
-            connection.close()
-
-    def close(self) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(30)
+def lab_bodies(seed: int) -> list[bytes]:
+    """Return 256 varied single-sample requests for the lab model."""
+    rng = np.random.default_rng(seed)
+    return [
+        json.dumps(
+            {"inputs": [{"name": "input", "shape": [1, IN], "datatype": "FP32",
+                         "data": [round(float(v), 3) for v in rng.standard_normal(IN)]}]}
+        ).encode()
+        for _ in range(256)
+    ]  # fmt: skip
 
 
 def _wait(port: int, token: str, rollout_id: int, states: set[str], timeout_s: float) -> dict:
@@ -237,18 +208,18 @@ def main(argv: list[str] | None = None) -> int:
         try:
             server.wait_ready()
             for load in [int(c) for c in args.loads.split(",")]:
-                traffic = Traffic(server.port, load, seed=load)
+                traffic = Traffic(server.port, load, MODEL, lab_bodies(load))
                 try:
                     time.sleep(2)  # NOTE: a warm-up of the load, not synchronisation
-                    before = sum(traffic.statuses.values())
+                    before = len(traffic.seen)
                     started = time.monotonic()
                     for _ in range(args.repeats):
                         for version in versions:
                             result = run_case(server.port, token, version, steps, args.pause)
                             results.append((load, result))
                             print(_line(load, result), flush=True)
-                    rate = (sum(traffic.statuses.values()) - before) / (time.monotonic() - started)
-                    print(f"  load c={load}: {rate:.0f} req/s on average, statuses {dict(traffic.statuses)}")
+                    rate = (len(traffic.seen) - before) / (time.monotonic() - started)
+                    print(f"  load c={load}: {rate:.0f} req/s on average, statuses {dict(traffic.statuses())}")
                 finally:
                     traffic.close()
         finally:

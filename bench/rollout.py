@@ -11,10 +11,13 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import random
 import statistics
 import tempfile
 import threading
 import time
+from collections import Counter
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -43,26 +46,33 @@ def operator_token(home: Path) -> str:
 
 
 class Traffic:
-    """Closed-loop keep-alive clients recording (time, status, version)."""
+    """Closed-loop keep-alive clients recording (time, status, version); each picks its bodies at random."""
 
-    def __init__(self, port: int, clients: int) -> None:
-        self.port, self.stop, self.lock = port, threading.Event(), threading.Lock()
+    def __init__(self, port: int, clients: int, model: str = "mlp", bodies: Sequence[bytes] = (BODY,)) -> None:
+        self.port, self.path, self.bodies = port, f"/v2/models/{model}/infer", bodies
+        self.stop, self.lock = threading.Event(), threading.Lock()
         self.seen: list[tuple[float, int, str]] = []
-        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(clients)]
+        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(clients)]
         for thread in self.threads:
             thread.start()
 
-    def _run(self) -> None:
+    def _run(self, index: int) -> None:
+        pick = random.Random(index)
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         try:
             while not self.stop.is_set():
-                connection.request("POST", "/v2/models/mlp/infer", BODY, {"Content-Type": "application/json"})
+                connection.request("POST", self.path, pick.choice(self.bodies), {"Content-Type": "application/json"})
                 response = connection.getresponse()
                 response.read()
                 with self.lock:
                     self.seen.append((time.monotonic(), response.status, response.getheader("X-Model-Version", "")))
         finally:
             connection.close()
+
+    def statuses(self) -> Counter[int]:
+        """Return how many answers of each status came so far."""
+        with self.lock:
+            return Counter(status for _, status, _ in self.seen)
 
     def close(self) -> None:
         self.stop.set()
