@@ -309,6 +309,11 @@ class Settings(BaseSettings):
         ge=0,
     )
     alert_rules_dir: str = _setting("", "Folder of alert rule YAML files (empty: the shipped alerts/rules).")
+    docs_dir: str = _setting(
+        "",
+        "Folder of a built documentation site served under /docs (empty: the one bundled in the package, built by "
+        "`make docs` or when the wheel is built; without one /docs says how to build it).",
+    )
     reconcile_poll_ms: float = _setting(
         25.0,
         "How often a process looks for desired state others wrote when nothing woke it, on SQLite: for 0.2 s after "
