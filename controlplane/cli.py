@@ -148,7 +148,7 @@ def models(obj: CliContext, as_json: bool) -> None:
 
 
 @cli.command()
-@click.option("--markdown", is_flag=True, help="Print the README's table of settings instead.")
+@click.option("--markdown", is_flag=True, help="Print the settings as a Markdown table (the docs' settings page).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object keyed by setting name (as in the TOML).")
 @pass_cli
 def config(obj: CliContext, markdown: bool, as_json: bool) -> None:

@@ -1,7 +1,7 @@
 """Typed, layered settings: defaults -> optional TOML file -> FLIGHTDECK_* environment -> overrides.
 
 Every setting is declared once below with its type, range, default and meaning (pydantic-settings);
-a bad value stops the start with a message naming the variable, and the README's table is printed
+a bad value stops the start with a message naming the variable, and the docs site's table is printed
 from these declarations (`python -m controlplane config --markdown`).
 """
 
@@ -54,7 +54,7 @@ class ConfigError(ValueError):
 
 
 def _setting(default: Any, doc: str, **limits: Any) -> Any:
-    """Declare a setting: its default, its README line and its range (ge, gt, le, min_length)."""
+    """Declare a setting: its default, its line in the docs' settings page and its range (ge, gt, le, min_length)."""
     return Field(default, description=doc, **limits)
 
 
@@ -142,7 +142,7 @@ class Settings(BaseSettings):
     workers: int = _setting(
         0,
         "gunicorn worker processes (0: one per CPU core, at most 4). Each holds its own engine and its own copy "
-        "of every model; one process's Python work (HTTP, JSON) cannot use a second core (see README, benchmarks).",
+        "of every model; one process's Python work (HTTP, JSON) cannot use a second core (docs: Benchmarks).",
         ge=0,
         le=256,
     )
@@ -571,5 +571,5 @@ def load_settings(environ: Mapping[str, str] | None = None, overrides: Mapping[s
 
 
 def settings_table() -> str:
-    """Return the settings as a Markdown table for the README."""
+    """Return the settings as a Markdown table (the docs site's settings page, generated at build time)."""
     return markdown_table(Settings, PREFIX)
