@@ -138,6 +138,36 @@ def test_flightdeck_serves_the_site_under_docs_without_a_login(site: Path, app_c
         app.extensions["flightdeck"].shutdown(5)
 
 
+@pytest.mark.slow
+def test_the_site_works_in_a_browser_under_its_content_security_policy(site: Path, app_config: dict) -> None:
+    """Material's inline scripts, its search worker and index, all from /docs: no console error, search answers."""
+    import json
+    import threading
+
+    from werkzeug.serving import make_server
+
+    from controlplane.app import create_app
+    from tests.e2e.browser import require_browser
+
+    chromium = require_browser()
+    app = create_app(app_config | {"docs_dir": str(site)})
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.docs.browse", url, chromium],
+            capture_output=True, text=True, timeout=120, cwd=ROOT,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        seen = json.loads(done.stdout)
+    finally:
+        server.shutdown()
+        app.extensions["flightdeck"].shutdown(5)
+    assert seen["errors"] == [] and seen["heading"].startswith("high_error_rate"), seen
+    assert seen["title"].startswith("Flightdeck") and seen["results"] > 0, seen
+
+
 def test_without_a_built_site_docs_says_how_to_build_it(app_config: dict, tmp_path: Path) -> None:
     from controlplane.app import create_app
 
