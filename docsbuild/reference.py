@@ -265,12 +265,62 @@ def rule_models() -> dict[str, Any]:
     }
 
 
+# What each field means, for people writing rules: the models validate, this explains. A field the
+# models gain without a line here still gets its row (name, type, default), with no meaning yet.
+FIELD_MEANINGS = {
+    "rules[]": {
+        "name": "the rule's name: the alert's `alertname`, its page in these docs",
+        "severity": "P0 pages now, P1 needs someone today, P2 in working hours",
+        "why": "why this severity; shown with the rule and on its page",
+        "condition": "what must hold (below)",
+        "for": "how long the condition must hold before the alert fires (pending until then)",
+        "labels": "extra labels on every alert of the rule (receivers' matchers can route on them)",
+        "summary": "the message's headline; `{model}`, `{version}`, `{value:.1%}`... from the alert's labels and value",
+        "description": "a longer text under the summary, same templates",
+        "runbook": "a registered runbook (`runbooks/<name>.py`) the alert links and may run",
+        "runbook_params": "the runbook's arguments, templated from the alert's labels (`{model}`)",
+        "automatic": "whether the alert runs the runbook by itself (below)",
+    },
+    "rules[].condition": {
+        "metric": "a [history or live metric](metrics.md)",
+        "aggregation": "how the window's values combine",
+        "window": "how far back the aggregation looks",
+        "op": "the comparison with `threshold`",
+        "threshold": "the value the aggregate is compared with",
+        "by": "one alert per distinct value of these labels (`reason` only on `client_error_rate` with `avg`)",
+        "min_requests": "requests the window must hold to judge a request metric; fewer read *not enough traffic*",
+        "min_reserved_mib": "`fragmentation` only: judge a process only once it holds this much memory",
+    },
+    "rules[].automatic": {
+        "enabled": "let the alert run its runbook without a person",
+        "cooldown": "the least time between two automatic runs of the runbook on one target",
+        "max_attempts": "automatic runs per episode of the alert; a failed automatic run escalates a firing alert to P0",
+    },
+    "slos[]": {
+        "name": "the SLO's name; its four burn-rate rules are named `<name>_burn_<window>`",
+        "model": "the model it is about",
+        "sli": "availability (no server error, timeout or queue refusal; a 400 never counts) or latency",
+        "objective": "the percentage of requests that must be good, e.g. 99.9",
+        "period": "the error budget's period",
+        "threshold_ms": "latency SLIs: a request is good when it finished within this",
+        "min_requests": "requests each window must hold (default: derived per alert from the objective)",
+        "runbook": "the runbook its alerts link",
+        "runbook_params": "the runbook's arguments, templated from the alert's labels",
+        "description": "added to its alerts' descriptions",
+    },
+}
+
+
 def rule_fields_markdown() -> str:
-    """Return one table per part of a rule file: every field, what it accepts, its default."""
+    """Return one table per part of a rule file: every field, what it accepts, its default, what it means."""
     out = []
     for where, model in rule_models().items():
-        out += [f"## `{where}`", "", "| Field | Accepts | Default |", "| --- | --- | --- |"]
-        out += [f"| `{name}` | {_cell(kind)} | {_cell(default)} |" for name, kind, default in model_fields(model)]
+        meanings = FIELD_MEANINGS.get(where, {})
+        out += [f"## `{where}`", "", "| Field | Accepts | Default | Meaning |", "| --- | --- | --- | --- |"]
+        out += [
+            f"| `{name}` | {_cell(kind)} | {_cell(default)} | {_cell(meanings.get(name, ''))} |"
+            for name, kind, default in model_fields(model)
+        ]
         out.append("")
     return "\n".join(out)
 
