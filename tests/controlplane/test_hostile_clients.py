@@ -243,6 +243,22 @@ def test_a_client_that_never_sends_the_body_it_announced_with_100_continue_gets_
     assert answer.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 408 "), answer[:200]
 
 
+def test_a_body_sent_after_its_answer_leaves_an_idle_connection_that_is_closed(slow_server: Server) -> None:
+    with connect(slow_server) as sock:
+        # Refused before the body is read (no session), so no 100 Continue; the client sends the body anyway.
+        sock.sendall(
+            b"POST /api/users HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Expect: 100-continue\r\nContent-Length: 2\r\n\r\n"
+        )
+        answer = sock.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 401 "), answer[:200]
+        sock.sendall(b"{}")
+        sent = time.monotonic()
+        rest = read_all(sock)
+    assert b"HTTP/1.1" not in rest  # nothing more is answered: the body was the refused request's
+    assert time.monotonic() - sent < max(KEEPALIVE_S, BODY_S) + 3
+
+
 def test_an_idle_keep_alive_connection_is_closed(slow_server: Server) -> None:
     before = closed_by(slow_server, "keepalive_timeout")
     with connect(slow_server) as sock:
