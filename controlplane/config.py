@@ -215,6 +215,12 @@ class Settings(BaseSettings):
         "MinRate): a body may take BODY_TIMEOUT_S plus one second per this many bytes. 0: only BODY_TIMEOUT_S.",
         ge=0,
     )
+    send_timeout_s: float = _setting(
+        30.0,
+        "Longest wait for a client to read more of an answer the server is blocked sending (nginx's send_timeout, "
+        "between two reads); then the connection is aborted, freeing its buffer and any Flask thread sending it.",
+        gt=0,
+    )
     keepalive_timeout_s: float = _setting(
         5.0, "An idle keep-alive connection (no request in progress, no new bytes) is closed after this.", gt=0
     )

@@ -110,6 +110,7 @@ class FlightdeckWorker(UvicornWorker):
             header_timeout_s=settings.header_timeout_s,
             body_timeout_s=settings.body_timeout_s,
             body_min_rate=settings.body_min_rate,
+            send_timeout_s=settings.send_timeout_s,
             keepalive_timeout_s=settings.keepalive_timeout_s,
             on_close=metrics.connection_closed,
         )
