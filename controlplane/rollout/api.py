@@ -128,7 +128,7 @@ def rollback(name: str) -> dict[str, Any]:
 @operation(response=DeploymentView, path=MODEL, errors={404: "Not deployed"})
 def deployment(name: str) -> dict[str, Any]:
     """Desired state of a model's slots, what each process reports, and its latest rollouts."""
-    found = describe_deployment(get_db(), name)
+    found = describe_deployment(get_db(), name, current_services().settings.liveness)
     if found is None:
         raise NotFound(f"model '{name}' has no deployment")
     return found
