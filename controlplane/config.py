@@ -465,6 +465,7 @@ class Settings(BaseSettings):
             scale_down_delay_s=self.scale_down_delay_s,
             rollback_window_s=self.rollback_window_s,
             history_interval_s=self.history_interval_s,
+            process_gone_after_s=self.liveness.gone_after_s,
         )
 
     @property
