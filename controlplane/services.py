@@ -191,6 +191,7 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
             sessions, settings.lease_ttl_s, process=process, on_renewed=lambda leads: metrics.LEADER.set(int(leads))
         )
         scheduler.add_local_job(sampler.sample, settings.history_interval_s, "history-sample")
+        scheduler.add_local_job(reconciler.beat, settings.heartbeat_s, "heartbeat")  # alive even mid-load
         scheduler.add_cluster_job(
             lambda: _retention(sessions, settings), settings.retention_interval_s, "history-retention"
         )

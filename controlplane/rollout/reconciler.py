@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane import __version__
@@ -150,6 +150,20 @@ class Reconciler:
                 session.commit()
         except Exception:
             log.warning("could not remove this process's slot_status and engine_status rows", exc_info=True)
+
+    def beat(self) -> None:
+        """Refresh this process's heartbeat (engine_status.updated_at) alone, outside any pass.
+
+        NOTE: run on a timer of its own (the scheduler's `heartbeat` job), so a pass that takes long (loading a
+        large model) does not make a live process look gone. Before the first pass there is no row: nothing to do.
+        """
+        with self._sessions() as session:
+            result = session.execute(
+                update(EngineStatus).where(EngineStatus.process == self._process).values(updated_at=utcnow())
+            )
+            session.commit()
+        if result.rowcount == 1:
+            self._reported_at = time.monotonic()  # a pass need not write the row again for the heartbeat's sake
 
     def _timeout(self, settling: bool) -> float:
         """How long to wait for a wake-up before looking anyway."""

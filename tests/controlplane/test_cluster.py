@@ -148,3 +148,13 @@ def test_metrics_say_whether_this_node_leads(app, client) -> None:
         scheduler.shutdown()
     text = client.get("/metrics").get_data(as_text=True)
     assert re.search(r'^flightdeck_leader\{node="[^"]+"\} 0\.0$', text, re.M)
+
+
+def test_the_heartbeat_has_a_timer_of_its_own_so_a_long_pass_does_not_make_a_process_look_gone(app) -> None:
+    services = app.extensions["flightdeck"]
+    me = services.reconciler.process
+    with services.sessions() as s:
+        first = s.get(EngineStatus, me).updated_at
+    services.reconciler.beat()  # what the scheduler's `heartbeat` job runs, while a pass may be loading a model
+    with services.sessions() as s:
+        assert s.get(EngineStatus, me).updated_at > first
