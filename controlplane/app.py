@@ -9,6 +9,7 @@ from typing import Any
 from flask import Flask, Response, g
 
 from controlplane import (
+    cluster_api,
     console,
     context,
     dashboards_view,
@@ -50,9 +51,12 @@ def create_app(config: Mapping[str, Any] | None = None, services: Services | Non
     errorhandlers.register_handlers(app)
     register_views(app)
 
+    node = settings.node_name
+
     @app.after_request
     def _echo_request_id(response: Response) -> Response:
         response.headers["X-Request-ID"] = g.get("request_id", "")
+        response.headers["X-Flightdeck-Node"] = node  # which node answered, behind a load balancer
         return response
 
     logging.getLogger(__name__).debug("Flightdeck app created (home %s)", settings.home.resolve())
@@ -64,6 +68,7 @@ def register_views(app: Flask) -> None:
     app.register_blueprint(inference_api.bp)
     app.register_blueprint(repository_api.bp)
     app.register_blueprint(ops_api.bp)
+    app.register_blueprint(cluster_api.bp)
     app.register_blueprint(history_api.bp)
     app.register_blueprint(slo_api.bp)
     app.register_blueprint(dashboards_view.bp)

@@ -26,6 +26,7 @@ from serving.settings import BatchingSettings, RuntimeSettings, parallelism
 
 if TYPE_CHECKING:
     from alerts.notifiers.targets import TargetPolicy
+    from controlplane.cluster import Liveness
     from controlplane.history.retention import RetentionPolicy
     from controlplane.rollout.service import RolloutSettings
 
@@ -334,6 +335,23 @@ class Settings(BaseSettings):
         ge=1,
         le=5,
     )
+    heartbeat_s: float = _setting(
+        10.0,
+        "How often each serving process reports that it is alive (engine_status). One silent for three heartbeats "
+        "is shown as gone wherever processes are listed (the API, the console, `status`).",
+        gt=0,
+    )
+    process_drop_s: float = _setting(
+        600.0,
+        "How long a gone process stays listed (as gone) before the scheduler leader drops its reports.",
+        gt=0,
+    )
+    cache_prune_s: float = _setting(
+        60.0,
+        "With an object store: how often each node drops its cached copies (and their lock files) of versions "
+        "deleted from the registry, and of versions no deployment names that nobody used for 10 minutes.",
+        gt=0,
+    )
     node: str = _setting(
         "",
         "This node's name: the `node` label on every metric and the prefix of its processes' names (NODE:PID) in "
@@ -458,7 +476,15 @@ class Settings(BaseSettings):
             scale_down_delay_s=self.scale_down_delay_s,
             rollback_window_s=self.rollback_window_s,
             history_interval_s=self.history_interval_s,
+            process_gone_after_s=self.liveness.gone_after_s,
         )
+
+    @property
+    def liveness(self) -> Liveness:
+        """Return how long a serving process may stay silent before it is shown as gone, then dropped."""
+        from controlplane.cluster import Liveness  # noqa: F811 (kept out of gunicorn.conf's imports)
+
+        return Liveness(heartbeat_s=self.heartbeat_s, drop_after_s=self.process_drop_s)
 
     @property
     def console_url(self) -> str:

@@ -95,6 +95,11 @@ TRAFFIC_WEIGHT = Gauge(
     ("model", "slot"),
     multiprocess_mode="livemax",
 )
+LEADER = Gauge(
+    "flightdeck_leader",
+    "1 on the node one of whose processes holds the scheduler lease (runs the cluster jobs), else 0.",
+    multiprocess_mode="livemax",
+)
 ENGINE_READY = Gauge(
     "flightdeck_engine_ready",
     "1 when every serving process is ready (the minimum over processes).",
