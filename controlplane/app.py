@@ -24,7 +24,7 @@ from controlplane.auth.session_secret import session_secret
 from controlplane.config import Settings, load_settings
 from controlplane.contract import RowIdConverter
 from controlplane.history import api as history_api
-from controlplane.history import slo_api
+from controlplane.history import drift_api, slo_api
 from controlplane.logconfig import configure_logging
 from controlplane.registry import api as registry_api
 from controlplane.rollout import api as rollout_api
@@ -52,6 +52,7 @@ def create_app(config: Mapping[str, Any] | None = None, services: Services | Non
     app.register_blueprint(ops_api.bp)
     app.register_blueprint(history_api.bp)
     app.register_blueprint(slo_api.bp)
+    app.register_blueprint(drift_api.bp)
     app.register_blueprint(dashboards_view.bp)
     app.register_blueprint(openapi.bp)
     app.register_blueprint(auth_api.bp)
