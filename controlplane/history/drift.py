@@ -20,7 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from alerts.rules import Insufficient, duration_text
@@ -84,15 +84,17 @@ def reference_of(session: Session, model: str, version: str) -> Reference | None
     pinned = session.get(DriftReference, (model, version))
     if pinned is not None:
         return Reference(pinned.start, pinned.end, "pinned", pinned.pinned_by, pinned.pinned_at)
-    first = session.scalar(
-        select(func.min(SlotSample.ts)).where(
-            SlotSample.model == model, SlotSample.version == version, SlotSample.successes > 0
-        )
-    )
+    first = session.execute(
+        select(SlotSample.ts, SlotSample.interval_s)
+        .where(SlotSample.model == model, SlotSample.version == version, SlotSample.successes > 0)
+        .order_by(SlotSample.ts)
+        .limit(1)
+    ).first()
     if first is None:
         return None
-    # NOTE: a row's ts is the end of its interval; the first row's requests began up to an interval earlier.
-    start = first - timedelta(seconds=1)
+    # NOTE: a row's ts is the end of its interval (a rollup's: of its bucket), so the day starts where the
+    # first row's interval began; once rows are rolled up the day's edges are as coarse as the rows kept.
+    start = first[0] - timedelta(seconds=first[1] or 1)
     return Reference(start, start + DEFAULT_REFERENCE, "first_day")
 
 
