@@ -38,6 +38,8 @@ PREDICTIONS, INPUT = "predictions", "input"
 # Fewest samples in the window (and in the reference) before a score is computed: the divergence of
 # two samples of the same distribution shrinks like (bins - 1) / samples, so it needs enough of them.
 MIN_SAMPLES = 50
+# Each point of a drift series scores at least this much of the history before it.
+SERIES_WINDOW = timedelta(minutes=15)
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,9 @@ class ReferenceCache:
         return found
 
 
+_REFERENCES = ReferenceCache()
+
+
 def versions_seen(session: Session, start: datetime, end: datetime, model: str | None = None) -> list[tuple[str, str]]:
     """Return the (model, version) pairs with history rows in (start, end]."""
     query = select(SlotSample.model, SlotSample.version).where(SlotSample.ts > start, SlotSample.ts <= end)
@@ -210,39 +215,43 @@ def drift(
 def drift_series(
     session: Session, model: str, version: str, start: datetime, end: datetime, step_s: int
 ) -> tuple[Reference | None, list[dict]]:
-    """Return one series of scores per (kind, name), a point at the end of every step over that step's rows."""
+    """Return one series of scores per (kind, name): at the end of every step, the score of the trailing
+    `max(step, SERIES_WINDOW)` against the reference (a 30-second step alone holds too few samples to judge)."""
     reference = reference_of(session, model, version)
     if reference is None:
         return None, []
-    then = aggregate(session, model, version, reference.start, min(reference.end, end))
+    then = _REFERENCES.get(session, model, version, reference, end)
     steps = max(1, math.ceil((end - start).total_seconds() / step_s))
-    buckets: dict[int, SlotAggregate] = defaultdict(SlotAggregate)
+    span = max(1, math.ceil(SERIES_WINDOW.total_seconds() / step_s))  # steps each point looks back over
+    buckets: dict[int, list[SlotSample]] = defaultdict(list)
     rows = session.scalars(
         select(SlotSample).where(
-            SlotSample.model == model, SlotSample.version == version, SlotSample.ts > start, SlotSample.ts <= end
+            SlotSample.model == model,
+            SlotSample.version == version,
+            SlotSample.ts > start - timedelta(seconds=step_s * (span - 1)),
+            SlotSample.ts <= end,
         )
     )
     for row in rows:
-        buckets[min(steps - 1, int((row.ts - start).total_seconds() // step_s))].add(row)
-    points: dict[tuple[str, str], list] = defaultdict(list)
+        buckets[math.floor((row.ts - start).total_seconds() / step_s)].append(row)
+    times = [(start + timedelta(seconds=step_s * (i + 1))).isoformat() for i in range(steps)]
+    points: dict[tuple[str, str], dict[int, float | None]] = defaultdict(dict)
     for i in range(steps):
-        at = (start + timedelta(seconds=step_s * (i + 1))).isoformat()
-        scored = {(s.kind, s.name): s.score for s in compare(buckets[i], then)} if i in buckets else {}
-        for key in scored:
-            points.setdefault(key, [])
-        for key in points:
-            points[key].append([at, scored.get(key)])
-    series = []
-    for (kind, name), values in sorted(points.items()):
-        padded = [[(start + timedelta(seconds=step_s * (i + 1))).isoformat(), None] for i in range(steps)]
-        by_time = dict(map(tuple, values))
-        series.append(
-            {
-                "labels": {"model": model, "version": version, "kind": kind, "name": name},
-                "points": [[t, by_time.get(t)] for t, _ in padded],
-            }
-        )
-    return reference, series
+        if i not in buckets:
+            continue  # nothing answered in this step: a gap, not a stale score
+        window = SlotAggregate()
+        for j in range(i - span + 1, i + 1):
+            for row in buckets.get(j, ()):
+                window.add(row)
+        for score in compare(window, then):
+            points[(score.kind, score.name)][i] = score.score
+    return reference, [
+        {
+            "labels": {"model": model, "version": version, "kind": kind, "name": name},
+            "points": [[t, values.get(i)] for i, t in enumerate(times)],
+        }
+        for (kind, name), values in sorted(points.items())
+    ]
 
 
 def pin_reference(
@@ -281,9 +290,6 @@ def unpin_reference(session: Session, model: str, version: str, audit: Audit) ->
         session.delete(row)
     audit(session, "drift.unpin_reference", f"{model}:{version}", "ok", {"was_pinned": row is not None})
     return row is not None
-
-
-_REFERENCES = ReferenceCache()
 
 
 def feature_label(score: Score) -> str:

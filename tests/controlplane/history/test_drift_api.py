@@ -55,6 +55,8 @@ def test_scores_show_the_moved_input_against_the_first_day_and_the_steady_answer
     assert len(points["input"]) == 6 and points["input"][0][1] is None  # nothing an hour ago
     scored = [p[1] for p in points["input"] if p[1] is not None]  # the half hour ago's rows (one or two steps)
     assert scored and all(score > 0.9 for score in scored)
+    charted = app.extensions["flightdeck"].history.drift_series(now - timedelta(hours=1), now, 300, "mlp")
+    assert {(s["labels"]["version"], s["labels"]["kind"]) for s in charted} == {("1", "input"), ("1", "predictions")}
     assert client.get("/api/models/mlp/drift?window=forever").status_code == 400
 
 
