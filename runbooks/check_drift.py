@@ -42,8 +42,6 @@ RUNBOOK = {
     "dangerous": False,
     "steps": [
         {"name": "scores", "on_failure": "stop"},
-        {"name": "reading", "on_failure": "continue"},
-        {"name": "reference", "on_failure": "continue"},
         {"name": "deploys", "on_failure": "continue"},
     ],
 }
@@ -59,7 +57,7 @@ def _drifted(ctx: Context) -> list[tuple[str, dict]]:
 
 
 def scores(ctx: Context) -> str | None:
-    """Every version's scores over the window, highest first."""
+    """Every version's scores over the window (highest first), what their pattern says, and each reference."""
     model, window = ctx.params["model"], ctx.params.get("window") or "1h"
     ctx.state["drift"] = found = ctx.get(f"/api/models/{model}/drift", {"window": window})
     if ctx.dry_run:
@@ -74,51 +72,48 @@ def scores(ctx: Context) -> str | None:
             if s.get("mean") is not None and s.get("reference_mean") is not None:
                 shift = f", mean {s['reference_mean']:.4g} -> {s['mean']:.4g}"
             lines.append(f"v{v['version']} {s['kind']}:{s['name']}: {shown} ({s['samples']} samples{shift})")
-    return "\n".join(lines)
+    return "\n".join([*lines, reading(ctx), *references(ctx)])
 
 
-def reading(ctx: Context) -> str | None:
-    """What the pattern of scores says to check."""
-    if ctx.dry_run:
-        return None
+def reading(ctx: Context) -> str:
+    """Say what the pattern of high scores points at."""
     drifted = _drifted(ctx)
-    inputs = {name for _, s in drifted if s["kind"] == "input" for name in [s["name"]]}
-    answers = {name for _, s in drifted if s["kind"] == "predictions" for name in [s["name"]]}
+    inputs = sorted({s["name"] for _, s in drifted if s["kind"] == "input"})
+    answers = sorted({s["name"] for _, s in drifted if s["kind"] == "predictions"})
     if inputs and answers:
         return (
-            f"inputs ({', '.join(sorted(inputs))}) and answers ({', '.join(sorted(answers))}) moved: callers send "
-            "different data. Check upstream: new clients, preprocessing changes, another file type, a broken feed."
+            f"inputs ({', '.join(inputs)}) and answers ({', '.join(answers)}) moved: callers send different data. "
+            "Check upstream: new clients, preprocessing changes, another file type, a broken feed."
         )
     if answers:
         return (
-            f"answers ({', '.join(sorted(answers))}) moved but the sampled inputs did not: check recent deploys "
-            "and rollbacks (next steps), and whether the reference window was a normal one."
+            f"answers ({', '.join(answers)}) moved but the sampled inputs did not: check recent deploys and "
+            "rollbacks (next step), and whether the reference window was a normal one."
         )
     if inputs:
         return (
-            f"inputs ({', '.join(sorted(inputs))}) moved, the answers not yet: tell the model's owners; they may "
-            "need to retrain on the new data. Watch the answers."
+            f"inputs ({', '.join(inputs)}) moved, the answers not yet: tell the model's owners; they may need to "
+            "retrain on the new data. Watch the answers."
         )
     return f"no score is over {THRESHOLD} bits now: the drift has passed, or the window is too short to show it."
 
 
-def reference(ctx: Context) -> str | None:
-    """Which window each version is compared with."""
-    if ctx.dry_run:
-        return None
+def references(ctx: Context) -> list[str]:
+    """Say which window each version is compared with."""
     lines = []
     for v in ctx.state["drift"]["versions"]:
         ref = v["reference"]
         if ref is None:
             continue
         if ref["source"] == "pinned":
-            lines.append(f"v{v['version']}: pinned by {ref['pinned_by']}: {ref['start']} .. {ref['end']}")
+            lines.append(f"v{v['version']} reference: pinned by {ref['pinned_by']}: {ref['start']} .. {ref['end']}")
         else:
             lines.append(
-                f"v{v['version']}: its first day serving ({ref['start']} .. {ref['end']}); if that day was unusual, "
-                f"pin a normal window: PUT /api/models/{ctx.params['model']}/versions/{v['version']}/drift-reference"
+                f"v{v['version']} reference: its first day serving ({ref['start']} .. {ref['end']}); if that day was "
+                f"unusual, pin a normal window: PUT /api/models/{ctx.params['model']}/versions/{v['version']}"
+                "/drift-reference"
             )
-    return "\n".join(lines) or "no reference: the model answered nothing yet"
+    return lines
 
 
 def deploys(ctx: Context) -> str | None:
@@ -132,7 +127,7 @@ def deploys(ctx: Context) -> str | None:
     return "\n".join(f"{e.get('ts')} {e.get('action')} by {e.get('actor')}: {e.get('outcome')}" for e in rows)
 
 
-STEPS = {"scores": scores, "reading": reading, "reference": reference, "deploys": deploys}
+STEPS = {"scores": scores, "deploys": deploys}
 
 if __name__ == "__main__":
     sys.exit(main(RUNBOOK, STEPS))
