@@ -38,6 +38,8 @@ PREDICTIONS, INPUT = "predictions", "input"
 # Fewest samples in the window (and in the reference) before a score is computed: the divergence of
 # two samples of the same distribution shrinks like (bins - 1) / samples, so it needs enough of them.
 MIN_SAMPLES = 50
+# A score worth a look: the shipped rule's threshold (alerts/rules/drift.yaml); the model page marks scores above it.
+NOTABLE = 0.1
 # Each point of a drift series scores at least this much of the history before it.
 SERIES_WINDOW = timedelta(minutes=15)
 
@@ -252,6 +254,31 @@ def drift_series(
         }
         for (kind, name), values in sorted(points.items())
     ]
+
+
+def describe(session: Session, model: str, start: datetime, end: datetime, version: str | None = None) -> dict:
+    """Every version of a model seen in (start, end] (or the one asked for), scored against its reference.
+
+    What `GET /api/models/<m>/drift` answers and the model page shows.
+    """
+    versions = [version] if version else [v for _, v in versions_seen(session, start, end, model)]
+    found = []
+    for v in versions:
+        reference, scored = drift(session, model, v, start, end, _REFERENCES)
+        found.append(
+            {
+                "version": v,
+                "reference": reference.as_dict() if reference else None,
+                "scores": [s.as_dict() for s in scored],
+            }
+        )
+    return {
+        "model": model,
+        "start": start.isoformat(),
+        "end": end.isoformat(),
+        "min_samples": MIN_SAMPLES,
+        "versions": found,
+    }
 
 
 def pin_reference(

@@ -36,27 +36,8 @@ PATH = {"name": "a model", "version": "one of its versions"}
 @operation(query=DriftQuery, response=DriftView, tags=("history",), path=PATH)
 def scores(name: str, query: DriftQuery) -> dict[str, Any]:
     """Score each version's predictions and inputs over the window against its reference."""
-    session = get_db()
     end = datetime.now(UTC)
-    start = end - timedelta(seconds=query.seconds)
-    versions = [query.version] if query.version else [v for _, v in drift.versions_seen(session, start, end, name)]
-    found = []
-    for version in versions:
-        reference, scored = drift.drift(session, name, version, start, end)
-        found.append(
-            {
-                "version": version,
-                "reference": reference.as_dict() if reference else None,
-                "scores": [s.as_dict() for s in scored],
-            }
-        )
-    return {
-        "model": name,
-        "start": start.isoformat(),
-        "end": end.isoformat(),
-        "min_samples": drift.MIN_SAMPLES,
-        "versions": found,
-    }
+    return drift.describe(get_db(), name, end - timedelta(seconds=query.seconds), end, query.version)
 
 
 @bp.get("/<name>/drift/series")
