@@ -70,9 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for engine in engines.values():
                 _per_request_us(engine, tensors, 300)  # warm up
+            order = list(engines)
             for _ in range(args.rounds):
-                for every, engine in engines.items():
-                    times[every].append(_per_request_us(engine, tensors, args.requests))
+                for every in order:  # NOTE: rotated each round, so no setting always runs first or last
+                    times[every].append(_per_request_us(engines[every], tensors, args.requests))
+                order = order[1:] + order[:1]
         finally:
             for engine in engines.values():
                 engine.drain(5)

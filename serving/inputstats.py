@@ -30,6 +30,7 @@ MEAN_OF = 1024  # a wide sample's mean is taken over at most this many of its va
 MAX_BINS = 96
 BINS_PER_OCTAVE = 4
 OTHER = "other"
+_add = np.add.reduce
 _TINY = 2.0**-40  # below this a value is zero for the histogram (float noise around 0)
 
 
@@ -48,8 +49,10 @@ def features_of(tensors: Mapping[str, np.ndarray], samples: int) -> list[tuple[s
         else:
             # NOTE: a sample's mean from at most MEAN_OF values, evenly strided (an image's 150,528 values
             # cost ~100 us to add up; 1024 of them ~3 us), in float64: int32 or float16 sums overflow.
+            # np.add.reduce, not .mean(): the same sum without ndarray.mean's Python-level wrapper (~4x faster here).
             step = -(-width // MEAN_OF)
-            found.append((name, rows[:, ::step].mean(axis=1, dtype=np.float64).tolist()))
+            taken = rows[:, ::step] if step > 1 else rows
+            found.append((name, (_add(taken, axis=1, dtype=np.float64) / taken.shape[1]).tolist()))
         if len(found) >= MAX_FEATURES:
             break
     return found[:MAX_FEATURES]
