@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -122,3 +123,22 @@ def test_rolled_up_rows_score_as_the_raw_rows_did(sessions) -> None:
         (s.kind, s.name, s.score, s.samples, s.reference_samples) for s in before[1]
     ]
     assert after[1][1].reference_std == pytest.approx(before[1][1].reference_std) and before[1][1].score > 0.2
+
+
+def test_the_cli_prints_the_same_scores(app, home, monkeypatch) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from controlplane.cli import cli
+
+    history(app, datetime.now(UTC))
+    monkeypatch.setenv("FLIGHTDECK_HOME", str(home))
+    runner = CliRunner()
+    shown = runner.invoke(cli, ["drift", "mlp"])
+    assert shown.exit_code == 0, shown.output
+    assert "v1 (reference: first_day" in shown.output and re.search(r"input:input\s+1\.000\s+300 samples", shown.output)
+    found = json.loads(runner.invoke(cli, ["drift", "mlp", "--window", "-2h", "--json"]).output)
+    assert [s["score"] for s in found["versions"][0]["scores"] if s["kind"] == "input"] == [1.0]
+    refused = runner.invoke(cli, ["drift", "mlp", "--window", "yesterday"])
+    assert refused.exit_code == 2 and "'window' must be 'now', a relative time" in refused.output
