@@ -3,9 +3,9 @@
 A *feature* of an input tensor is one number per sample: for an input whose sample is a row of at
 most `MAX_COLUMNS` values (a tabular model's [batch, 4]), each column is a feature (`x[0]`, `x[1]`,
 ... or `x` alone for one value); for a larger sample (an image, a sequence of tokens, Magika's 2048
-bytes) the feature is the mean of the sample's values (`pixels`; over at most `MEAN_OF` of them, evenly
-strided): a crude, model-agnostic view that moves when the inputs move (noise, another file type, a
-dimmer camera). At most `MAX_FEATURES`
+bytes) the features are the mean and the standard deviation of the sample's values (`pixels`,
+`pixels.std`; over at most `MEAN_OF` of them, evenly strided): a crude, model-agnostic view that moves
+when the inputs move (another file type or a dimmer camera moves the mean, noise the spread). At most `MAX_FEATURES`
 features per version, in the order of the model's inputs; BYTES and bool inputs are not summarised.
 
 Per feature: count, sum and sum of squares (mean and variance, mergeable by adding) and a histogram
@@ -26,7 +26,7 @@ import numpy as np
 
 MAX_FEATURES = 8
 MAX_COLUMNS = 8
-MEAN_OF = 1024  # a wide sample's mean is taken over at most this many of its values, evenly strided
+MEAN_OF = 1024  # a wide sample's mean and spread are taken over at most this many of its values, evenly strided
 MAX_BINS = 96
 BINS_PER_OCTAVE = 4
 OTHER = "other"
@@ -49,10 +49,14 @@ def features_of(tensors: Mapping[str, np.ndarray], samples: int) -> list[tuple[s
         else:
             # NOTE: a sample's mean from at most MEAN_OF values, evenly strided (an image's 150,528 values
             # cost ~100 us to add up; 1024 of them ~3 us), in float64: int32 or float16 sums overflow.
-            # np.add.reduce, not .mean(): the same sum without ndarray.mean's Python-level wrapper (~4x faster here).
+            # np.add.reduce, not .mean()/.std(): the same sums without their Python-level wrappers (~4x faster).
             step = -(-width // MEAN_OF)
-            taken = rows[:, ::step] if step > 1 else rows
-            found.append((name, (_add(taken, axis=1, dtype=np.float64) / taken.shape[1]).tolist()))
+            taken = (rows[:, ::step] if step > 1 else rows).astype(np.float64)
+            count = taken.shape[1]
+            means = _add(taken, axis=1) / count
+            spread = np.sqrt(np.maximum(_add(taken * taken, axis=1) / count - means * means, 0.0))
+            found.append((name, means.tolist()))
+            found.append((f"{name}.std", spread.tolist()))
         if len(found) >= MAX_FEATURES:
             break
     return found[:MAX_FEATURES]

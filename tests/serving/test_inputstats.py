@@ -20,7 +20,8 @@ def test_columns_of_narrow_inputs_and_the_mean_of_wide_ones_are_features() -> No
     found = dict(inputstats.features_of(tensors, 2))
     assert found["tabular[0]"] == [1.0, 4.0] and found["tabular[2]"] == [3.0, 6.0]
     assert found["image"] == [23.5, 71.5] and found["tokens"] == [256.0, 256.0] and found["rate"] == [16000, 8000]
-    assert "names" not in found and len(found) == 6
+    assert found["tokens.std"] == [0.0, 0.0] and abs(found["image.std"][0] - np.arange(48).std()) < 1e-9
+    assert "names" not in found and len(found) == 8  # 3 columns, image and tokens with their spread, rate
     wide = {f"x{i}": np.zeros((1, 8), dtype=np.float32) for i in range(3)}  # 24 columns: only the first 8 kept
     assert [name for name, _ in inputstats.features_of(wide, 1)] == [f"x0[{i}]" for i in range(8)]
 
@@ -61,6 +62,7 @@ def test_the_batcher_summarises_one_successful_request_in_n(demo_store) -> None:
             engine.infer("mlp", body)
         (loaded,) = engine.loaded()
         summary = loaded.batcher.snapshot().inputs["input"]
+        assert loaded.batcher.snapshot().inputs["input.std"]["bins"] == {"0": 3}  # a constant input: no spread
         assert summary["n"] == 3 and summary["sum"] == 1.5 and summary["bins"] == {inputstats.bin_of(0.5): 3}
         assert sum(sum(c.values()) for c in loaded.batcher.stats.labels.values()) == 12  # every answer is counted
     finally:

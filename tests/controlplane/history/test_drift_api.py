@@ -142,3 +142,17 @@ def test_the_cli_prints_the_same_scores(app, home, monkeypatch) -> None:
     assert [s["score"] for s in found["versions"][0]["scores"] if s["kind"] == "input"] == [1.0]
     refused = runner.invoke(cli, ["drift", "mlp", "--window", "yesterday"])
     assert refused.exit_code == 2 and "'window' must be 'now', a relative time" in refused.output
+
+
+def test_noise_on_images_moves_their_spread_not_their_mean() -> None:
+    """Gaussian noise leaves an image's mean where it was; its `.std` feature is what shows it."""
+    from controlplane.history.query import SlotAggregate
+
+    rng = np.random.default_rng(3)
+    scenes = rng.uniform(0.2, 0.8, (200, 3, 1, 1)) * np.ones((1, 1, 32, 32))  # flat colour patches
+    clean, noisy = SlotAggregate(), SlotAggregate()
+    for images, into in ((scenes[:100], clean), (scenes[100:] + rng.normal(0, 0.2, (100, 3, 32, 32)), noisy)):
+        inputstats.add_values(into.inputs, inputstats.features_of({"pixels": images.astype(np.float32)}, 100))
+    scores = {s.name: s for s in drift.compare(noisy, clean)}
+    assert scores["pixels"].score < 0.1 and abs(scores["pixels"].mean - scores["pixels"].reference_mean) < 0.05
+    assert scores["pixels.std"].score > 0.5
