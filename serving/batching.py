@@ -600,9 +600,14 @@ class Batcher:
         share one count without a lock of their own.
         """
         found: list[tuple[str, list[float]]] = []
-        for p in batch:
-            if outcomes[p] is RequestOutcome.SUCCESS and next(self._input_ticks) % self._input_sample_every == 0:
-                found.extend(inputstats.features_of(p.tensors, p.batch))
+        try:
+            for p in batch:
+                if outcomes[p] is RequestOutcome.SUCCESS and next(self._input_ticks) % self._input_sample_every == 0:
+                    found.extend(inputstats.features_of(p.tensors, p.batch))
+        except Exception:  # a summary must never cost an answer: log once, stop summarising this version
+            log.exception("summarising the inputs of '%s' failed; input drift is off for it", self._spec.name)
+            self._input_sample_every = 0
+            return []
         return found
 
 

@@ -40,6 +40,8 @@ def features_of(tensors: Mapping[str, np.ndarray], samples: int) -> list[tuple[s
     for name, array in tensors.items():
         if not isinstance(array, np.ndarray) or array.dtype.kind not in "iuf" or array.size == 0:
             continue
+        if array.size % max(1, samples):  # no batch axis of `samples` (a scalar beside batched inputs): skipped
+            continue
         rows = array.reshape(max(1, samples), -1)
         width = rows.shape[1]
         if width == 1:

@@ -22,6 +22,8 @@ def test_columns_of_narrow_inputs_and_the_mean_of_wide_ones_are_features() -> No
     assert found["image"] == [23.5, 71.5] and found["tokens"] == [256.0, 256.0] and found["rate"] == [16000, 8000]
     assert found["tokens.std"] == [0.0, 0.0] and abs(found["image.std"][0] - np.arange(48).std()) < 1e-9
     assert "names" not in found and len(found) == 8  # 3 columns, image and tokens with their spread, rate
+    scalar = {"sr": np.array(16000, dtype=np.int64), "x": np.ones((3, 2), dtype=np.float32)}  # no batch axis: skipped
+    assert [name for name, _ in inputstats.features_of(scalar, 3)] == ["x[0]", "x[1]"]
     wide = {f"x{i}": np.zeros((1, 8), dtype=np.float32) for i in range(3)}  # 24 columns: only the first 8 kept
     assert [name for name, _ in inputstats.features_of(wide, 1)] == [f"x0[{i}]" for i in range(8)]
 
