@@ -69,3 +69,23 @@ def test_the_batcher_summarises_one_successful_request_in_n(demo_store) -> None:
         assert sum(sum(c.values()) for c in loaded.batcher.stats.labels.values()) == 12  # every answer is counted
     finally:
         engine.drain(5)
+
+
+def test_a_failing_summary_costs_no_answer_and_turns_summaries_off(demo_store, monkeypatch, caplog) -> None:
+    def broken(tensors, samples):
+        raise ValueError("a bug in the summary")
+
+    monkeypatch.setattr(inputstats, "features_of", broken)
+    engine = Engine(RuntimeSettings(device="cpu", intra_op_threads=1), BatchingSettings(input_sample_every=1))
+    try:
+        engine.load(demo_store / "mlp" / "1", "blue")
+        body = {"input": np.full((1, 64), 0.5, dtype=np.float32)}
+        answers = [engine.infer("mlp", body) for _ in range(3)]
+        assert all(a is not None for a in answers)
+        (loaded,) = engine.loaded()
+        assert loaded.batcher.stats.success == 3 and loaded.batcher.stats.inputs == {}
+        assert [r.getMessage() for r in caplog.records if "summarising" in r.getMessage()] == [
+            "summarising the inputs of 'mlp' failed; input drift is off for it"
+        ]  # once, then off
+    finally:
+        engine.drain(5)
