@@ -115,7 +115,7 @@ def aggregate(session: Session, model: str, version: str, start: datetime, end: 
     return agg
 
 
-def _std(summary: dict | None) -> tuple[float | None, float | None]:
+def _mean_std(summary: dict | None) -> tuple[float | None, float | None]:
     found = inputstats.moments(summary) if summary else None
     return (None, None) if found is None else (found[0], math.sqrt(found[1]))
 
@@ -142,8 +142,8 @@ def compare(window: SlotAggregate, reference: SlotAggregate, min_samples: int = 
         now, then = (now_s or {}).get("bins", {}), (then_s or {}).get("bins", {})
         n, m = sum(now.values()), sum(then.values())
         enough = n >= min_samples and m >= min_samples
-        mean, std = _std(now_s)
-        ref_mean, ref_std = _std(then_s)
+        mean, std = _mean_std(now_s)
+        ref_mean, ref_std = _mean_std(then_s)
         scores.append(
             Score(
                 INPUT,
