@@ -44,7 +44,13 @@ LIVE_METRICS = {
     "versions_live": "versions of a model taking traffic while no rollout is in progress",
     "auto_rollbacks": "automatic rollbacks in the window",
     "notification_failures": "failed delivery attempts of alert notifications made in the window or still retrying",
+    "drift_score": "Jensen-Shannon divergence (bits, 0..1) of a version's predicted labels or a sampled input feature "
+    "over the window against the version's reference window (a drift rule; group by feature)",
 }
+# A drift rule: its metric is scored per version and per `feature` ('predictions:<output>' or
+# 'input:<feature>', controlplane.history.drift) over the window's merged counts, so its aggregation is
+# `avg` (one score over the window), and `min_samples` is the fewest samples on both sides to judge by.
+DRIFT_METRIC = "drift_score"
 # Metrics measured over requests: a condition on one may set `min_requests`, the fewest requests in its
 # window to judge by (below it the alert reports "not enough traffic": one failure in two is no rate).
 REQUEST_METRICS = frozenset(
@@ -52,7 +58,8 @@ REQUEST_METRICS = frozenset(
 )
 Aggregation = Literal["avg", "max", "min", "sum", "last"]
 Operator = Literal[">", ">=", "<", "<=", "==", "!="]
-Grouping = Literal["model", "version", "slot", "device", "reason"]  # reason: a client error's kind
+# reason: a client error's kind; feature: what a drift score is about (predictions:<output>, input:<feature>)
+Grouping = Literal["model", "version", "slot", "device", "reason", "feature"]
 AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
 OPERATORS: tuple[str, ...] = get_args(Operator)
 GROUPINGS: tuple[str, ...] = get_args(Grouping)
@@ -132,6 +139,7 @@ class Condition:
     # fragmentation is judged (`fragmentation` only): a small process's share of idle memory is its fixed
     # overhead and its warm-up arena, wasting nothing worth a compaction.
     min_reserved_mib: int = 0
+    min_samples: int = 0  # drift rules: fewest samples in the window and in the reference; 0: the default (50)
 
     def holds(self, value: float) -> bool:
         """Compare a value with the threshold."""
@@ -229,6 +237,7 @@ class _Condition(Declared):
     by: list[Grouping] = Field(default_factory=list)
     min_requests: Annotated[int, Field(ge=0)] = 0
     min_reserved_mib: Annotated[int, Field(ge=0)] = 0
+    min_samples: Annotated[int, Field(ge=0)] = 0
 
     @field_validator("by", mode="before")
     @classmethod
@@ -252,6 +261,12 @@ class _Condition(Declared):
             raise Problem("applies only to 'fragmentation'", at=("min_reserved_mib",))
         if "reason" in self.by and (self.metric != "client_error_rate" or self.aggregation != "avg"):
             raise Problem("'reason' applies only to client_error_rate with aggregation avg", at=("by",))
+        if "feature" in self.by and self.metric != DRIFT_METRIC:
+            raise Problem(f"'feature' applies only to {DRIFT_METRIC}", at=("by",))
+        if self.min_samples and self.metric != DRIFT_METRIC:
+            raise Problem(f"applies only to {DRIFT_METRIC}", at=("min_samples",))
+        if self.metric == DRIFT_METRIC and self.aggregation != "avg":
+            raise Problem("a drift score is one score over the window's merged counts: use avg", at=("aggregation",))
         return self
 
 
@@ -331,6 +346,7 @@ class _Rule(Declared):
                 tuple(c.by),
                 c.min_requests,
                 c.min_reserved_mib,
+                c.min_samples,
             ),
             for_=self.for_,
             summary=self.summary,

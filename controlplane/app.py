@@ -26,7 +26,7 @@ from controlplane.auth.session_secret import session_secret
 from controlplane.config import Settings, load_settings
 from controlplane.contract import RowIdConverter
 from controlplane.history import api as history_api
-from controlplane.history import slo_api
+from controlplane.history import drift_api, slo_api
 from controlplane.logconfig import configure_logging
 from controlplane.registry import api as registry_api
 from controlplane.rollout import api as rollout_api
@@ -71,6 +71,7 @@ def register_views(app: Flask) -> None:
     app.register_blueprint(cluster_api.bp)
     app.register_blueprint(history_api.bp)
     app.register_blueprint(slo_api.bp)
+    app.register_blueprint(drift_api.bp)
     app.register_blueprint(dashboards_view.bp)
     app.register_blueprint(openapi.bp)
     app.register_blueprint(auth_api.bp)

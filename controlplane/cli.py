@@ -270,6 +270,45 @@ def history(obj: CliContext, since: str, until: str, model: str | None, as_json:
         )
 
 
+@cli.command()
+@click.argument("model")
+@click.option(
+    "--window", default="-1h", show_default=True, help="Window start, ending now: -15m, -1h, -1d or ISO 8601."
+)
+@json_option
+@pass_cli
+def drift(obj: CliContext, model: str, window: str, as_json: bool) -> None:
+    """Print each version's drift scores (answers and sampled inputs) against its reference window."""
+    from datetime import UTC, datetime
+
+    from controlplane.errors import ApiError
+    from controlplane.history import drift as drift_scores
+    from controlplane.timeparse import parse_time
+
+    now = datetime.now(UTC)
+    try:
+        start = parse_time(window, "window", now)
+    except ApiError as exc:
+        raise click.BadParameter(exc.message) from None
+    if start >= now:
+        raise click.BadParameter("--window must start before now")
+    with obj.session() as session:
+        found = drift_scores.describe(session, model, start, now)
+    if as_json:
+        emit_json(found)
+        return
+    click.echo(f"{model}: {start:%Y-%m-%d %H:%M:%S} .. {now:%Y-%m-%d %H:%M:%S} UTC, Jensen-Shannon divergence in bits")
+    if not found["versions"]:
+        click.echo("nothing answered in this window")
+    for v in found["versions"]:
+        ref = v["reference"]
+        where = "none" if ref is None else f"{ref['source']} {ref['start'][:16]} .. {ref['end'][:16]}"
+        click.echo(f"v{v['version']} (reference: {where})")
+        for s in v["scores"]:
+            score = "too few samples" if s["score"] is None else f"{s['score']:.3f}"
+            click.echo(f"  {s['kind'] + ':' + s['name']:<40} {score:>16} {s['samples']:>8} samples")
+
+
 @cli.group("secrets", cls=FlightdeckGroup)
 def secrets_group() -> None:
     """The key that encrypts receiver secrets in the database."""

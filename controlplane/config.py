@@ -195,6 +195,12 @@ class Settings(BaseSettings):
         0, "Executor threads per loaded version (0: auto, min(cores, 4) on CPU, 2 on GPU).", ge=0
     )
     warmup_max_sequence: int = _setting(128, "Longest sequence bucket used for warm-up.", ge=1)
+    drift_sample_every: int = _setting(
+        16,
+        "Summarise the numeric inputs of one successful request in this many, for input drift (0: none; "
+        "predicted labels are always counted).",
+        ge=0,
+    )
     max_request_bytes: int = _setting(16 * 1024 * 1024, "Largest inference request body; larger ones get 413.", ge=1)
     header_timeout_s: float = _setting(
         10.0,
@@ -307,6 +313,14 @@ class Settings(BaseSettings):
         "non-public addresses are refused otherwise, when a receiver is saved and on every send.",
     )
     alert_interval_s: float = _setting(15.0, "How often the scheduler leader evaluates alert rules.", gt=0)
+    drift_interval_s: float = _setting(
+        60.0, "How often the scheduler leader computes drift scores for flightdeck_drift_score.", gt=0
+    )
+    drift_window_s: float = _setting(
+        3600.0,
+        "The window whose answers and inputs flightdeck_drift_score compares with each version's reference.",
+        gt=0,
+    )
     outbox_interval_s: float = _setting(5.0, "How often the scheduler leader delivers due alert notifications.", gt=0)
     outbox_backoff_s: float = _setting(30.0, "First retry delay of a failed notification; doubles up to an hour.", ge=0)
     alert_repeat_h: float = _setting(
@@ -553,6 +567,7 @@ class Settings(BaseSettings):
             default_timeout_ms=self.default_timeout_ms,
             instances=self.batch_instances,
             warmup_max_sequence=self.warmup_max_sequence,
+            input_sample_every=self.drift_sample_every,
         )
 
     def public(self) -> dict[str, Any]:

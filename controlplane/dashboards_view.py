@@ -56,6 +56,10 @@ class History(Protocol):
         """Return [{"time": iso, "kind": "rollout" | "alert", "text": "..."}, ...]."""
         ...
 
+    def drift_series(self, start: datetime, end: datetime, step_s: int, model: str | None) -> list[dict]:
+        """Return drift scores as series, labels {model, version, kind, name}, each version against its reference."""
+        ...
+
 
 class Unavailable(ApiError):
     status = 503
@@ -91,6 +95,7 @@ def dashboard_figures(history: History, model: str | None, range_name: str) -> l
     """Read what the figures need from the history and build them."""
     start, end, step_s = window(range_name)
     series = {metric: history.series(metric, start, end, step_s, model) for metric in figures.METRICS}
+    series[figures.DRIFT_METRIC] = history.drift_series(start, end, step_s, model)
     return figures.build_dashboard(
         series,
         history.batch_distribution(start, end, model),

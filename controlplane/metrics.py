@@ -77,6 +77,14 @@ PREDICTIONS = Counter(
     "power-of-two bucket of a one-value output (per output, the first 32 labels a version answers, then 'other').",
     ("model", "version", "output", "label"),
 )
+DRIFT_SCORE = Gauge(
+    "flightdeck_drift_score",
+    "Jensen-Shannon divergence (bits, 0..1) of a version's predicted labels (kind=predictions, name=output) or a "
+    "sampled input feature (kind=input) over the last FLIGHTDECK_DRIFT_WINDOW_S against its reference window; "
+    "set by the scheduler leader.",
+    ("model", "version", "kind", "name"),
+    multiprocess_mode="livemostrecent",
+)
 QUEUE_DEPTH = Gauge(
     "flightdeck_queue_depth",
     "Samples waiting (nv_inference_pending_request_count).",

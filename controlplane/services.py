@@ -29,6 +29,7 @@ from controlplane.clock import utcnow
 from controlplane.cluster import drop_gone_processes
 from controlplane.config import Settings
 from controlplane.db import make_engine, session_factory
+from controlplane.history import drift
 from controlplane.history.retention import apply_retention
 from controlplane.history.sampler import HistorySampler
 from controlplane.history.service import HistoryService
@@ -197,6 +198,11 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         )
         scheduler.add_cluster_job(services.advance_rollouts, settings.rollout_tick_s, "rollout-controller")
         scheduler.add_cluster_job(evaluator.run, settings.alert_interval_s, "alert-evaluator")
+        scheduler.add_cluster_job(
+            lambda: drift.publish_scores(sessions, timedelta(seconds=settings.drift_window_s)),
+            settings.drift_interval_s,
+            "drift-score",
+        )
         delivery = functools.partial(deliver, targets=settings.receiver_targets)  # RECEIVER_ALLOW at every send
         scheduler.add_cluster_job(
             lambda: deliver_due(

@@ -111,12 +111,21 @@ PANELS = (
     ),
     Panel("fragmentation", "Memory fragmentation", "%", (Line("fragmentation", scale=_PCT, unit="%"),), True),
 )
+# Drift scores are not a history metric: they come from `History.drift_series` (each version against its reference).
+DRIFT_METRIC = "drift_score"
+DRIFT_PANEL = Panel(
+    "drift",
+    "Drift against each version's reference (Jensen-Shannon divergence)",
+    "bits (0 same, 1 no overlap)",
+    (Line(DRIFT_METRIC, unit=" bits"),),
+)
 BATCH_ID, BATCH_TITLE = "batch", "Batch size distribution"
 # Every figure build_dashboard returns, in order: (id, title).
 FIGURES: tuple[tuple[str, str], ...] = (
     *((p.id, p.title) for p in PANELS[:4]),
     (BATCH_ID, BATCH_TITLE),
     *((p.id, p.title) for p in PANELS[4:]),
+    (DRIFT_PANEL.id, DRIFT_PANEL.title),
 )
 # Every history metric the figures draw.
 METRICS: tuple[str, ...] = tuple(line.metric for panel in PANELS for line in panel.lines)
@@ -138,11 +147,12 @@ def build_dashboard(
     decorations = marker_decorations(markers, span or _data_span(series_by_metric, markers))
     figures = {p.id: time_series_figure(p, series_by_metric, colors, decorations, span) for p in PANELS}
     figures[BATCH_ID] = batch_figure(batch_distribution, colors)
+    figures[DRIFT_PANEL.id] = time_series_figure(DRIFT_PANEL, series_by_metric, colors, decorations, span)
     return [figures[figure_id] for figure_id, _ in FIGURES]
 
 
 def series_name(labels: Mapping[str, object]) -> str:
-    """Name a series for a legend: "textcls v1 (blue)" for a slot, "gpu0" for a device (escaped)."""
+    """Name a series for a legend: "textcls v1 (blue)" for a slot, "gpu0" for a device, "mlp v1 input:x" (escaped)."""
     if labels.get("device"):
         return html.escape(str(labels["device"]), quote=False)
     parts = [str(labels.get("model") or "all models")]
@@ -150,6 +160,8 @@ def series_name(labels: Mapping[str, object]) -> str:
         parts.append(f"v{labels['version']}")
     if labels.get("slot"):
         parts.append(f"({labels['slot']})")
+    if labels.get("kind"):  # a drift series: what the score is about
+        parts.append(f"{labels['kind']}:{labels.get('name', '')}")
     return html.escape(" ".join(parts), quote=False)
 
 

@@ -232,6 +232,20 @@ def panels() -> list[dict]:
             "bytes",
             min=0,
         ),
+        timeseries(
+            "Drift against each version's reference",
+            [
+                target(
+                    f"max by (model, version, kind, name) (flightdeck_drift_score{{{MODEL}}})",
+                    "{{model}} v{{version}} {{kind}}:{{name}}",
+                )
+            ],
+            "short",
+            "Jensen-Shannon divergence in bits (0: the same distribution, 1: no overlap) of each version's predicted "
+            "labels and sampled input features over the last FLIGHTDECK_DRIFT_WINDOW_S, against its reference window.",
+            min=0,
+            max=1,
+        ),
         readiness_panel(),
         timeseries(
             "Traffic weights",

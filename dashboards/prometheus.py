@@ -72,6 +72,8 @@ NO_COUNTERPART = {
     "rss": "the serving process's resident set is sampled into Flightdeck's history only",
     "auto_rollbacks": "automatic rollbacks are audit events in Flightdeck's database",
     "notification_failures": "failed notifications live in Flightdeck's alert outbox",
+    "drift_score": "drift is scored by Flightdeck's leader against each version's reference window in its history "
+    "(exported as flightdeck_drift_score over FLIGHTDECK_DRIFT_WINDOW_S, which a Prometheus rule may watch)",
 }
 
 

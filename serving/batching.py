@@ -19,6 +19,7 @@ gets an error, and that error only ever describes its own data; a failure caused
 from __future__ import annotations
 
 import enum
+import itertools
 import logging
 import math
 import threading
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from serving import inputstats
 from serving.assembly import GroupKey, Part, group_key
 from serving.batchstats import BatcherSnapshot, BatcherStats, BatchObserver, RequestOutcome
 from serving.errors import (
@@ -98,6 +100,7 @@ class Batcher:
         observer: BatchObserver | None = None,
         clock: Callable[[], float] = time.monotonic,
         name: str = "",
+        input_sample_every: int = 0,
     ) -> None:
         self._run = run
         self._spec = spec
@@ -126,6 +129,9 @@ class Batcher:
         self._depth_area = 0.0
         self._created_at = self._depth_since = self._window_start = clock()
         self._stats = BatcherStats()
+        # One successful request in `input_sample_every` has its numeric inputs summarised (0: none).
+        self._input_sample_every = max(0, input_sample_every)
+        self._input_ticks = itertools.count()
         self._threads = [
             threading.Thread(target=self._loop, name=f"batcher-{name}-{i}", daemon=True) for i in range(self._instances)
         ]
@@ -478,6 +484,7 @@ class Batcher:
                 client_error_kinds=dict(s.client_error_kinds),
                 compute={size: h.copy() for size, h in s.compute.items()},
                 labels={output: dict(counts) for output, counts in s.labels.items()},
+                inputs=inputstats.copy(s.inputs),
             )
             self._depth_max = self._queued_samples
             self._depth_area = 0.0
@@ -546,6 +553,7 @@ class Batcher:
         for p in batch:  # NOTE: outside the lock: an arg-max per answer, a few microseconds
             if outcomes[p] is RequestOutcome.SUCCESS:
                 count_labels(results[p], predicted)  # type: ignore[arg-type]
+        sampled = self._sample_inputs(batch, outcomes) if self._input_sample_every else None
         with self._cond:
             s = self._stats
             s.execution_count += 1
@@ -556,6 +564,8 @@ class Batcher:
             per_size[1] += int(compute * 1e9)
             s.compute.setdefault(size, Histogram()).record(compute)
             counted = add_bounded(s.labels, predicted) if predicted else None
+            if sampled:
+                inputstats.add_values(s.inputs, sampled)
             s.real_tokens += real
             s.padded_tokens += padded
             s.last_inference_ms = int(time.time() * 1000)
@@ -582,6 +592,23 @@ class Batcher:
                     labels_done(counted)
             for p in batch:
                 self._observer.request_done(outcomes[p], p.queue_s, compute, end - p.enqueued_at)
+
+    def _sample_inputs(self, batch: list[Pending], outcomes: dict) -> list[tuple[str, list[float]]]:
+        """Features of the successful requests whose turn it is to be summarised (one in `input_sample_every`).
+
+        NOTE: outside the lock; `next` on an itertools.count is atomic under the GIL, so executor threads
+        share one count without a lock of their own.
+        """
+        found: list[tuple[str, list[float]]] = []
+        try:
+            for p in batch:
+                if outcomes[p] is RequestOutcome.SUCCESS and next(self._input_ticks) % self._input_sample_every == 0:
+                    found.extend(inputstats.features_of(p.tensors, p.batch))
+        except Exception:  # a summary must never cost an answer: log once, stop summarising this version
+            log.exception("summarising the inputs of '%s' failed; input drift is off for it", self._spec.name)
+            self._input_sample_every = 0
+            return []
+        return found
 
 
 def _answer(pending: Pending, result: dict[str, np.ndarray] | ServingError) -> None:

@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from serving import inputstats
 from serving.histogram import Histogram
 
 
@@ -70,6 +71,8 @@ class BatcherStats:
     compute: dict[int, Histogram] = field(default_factory=dict)
     # Predicted labels of successful answers: output -> label -> samples (serving.predictions, bounded).
     labels: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Sampled numeric inputs: feature -> {n, sum, sumsq, bins} (serving.inputstats, bounded).
+    inputs: dict[str, dict] = field(default_factory=dict)
 
     def copy(self) -> BatcherStats:
         """Return an independent copy (the caller holds the lock that guards this one)."""
@@ -80,6 +83,7 @@ class BatcherStats:
             client_error_kinds=dict(self.client_error_kinds),
             compute={size: h.copy() for size, h in self.compute.items()},
             labels={output: dict(counts) for output, counts in self.labels.items()},
+            inputs=inputstats.copy(self.inputs),
         )
 
 
@@ -105,3 +109,4 @@ class BatcherSnapshot:
     client_error_kinds: dict[str, int] = field(default_factory=dict)
     compute: dict[int, Histogram] = field(default_factory=dict)
     labels: dict[str, dict[str, int]] = field(default_factory=dict)
+    inputs: dict[str, dict] = field(default_factory=dict)

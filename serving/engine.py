@@ -220,6 +220,7 @@ class Engine:
             instances=config.instances,
             observer=observer,
             name=f"{spec.name}-{slot}",
+            input_sample_every=b.input_sample_every,
         )
         loaded = LoadedVersion(spec, slot, session, batcher, version_dir, config, warmup_s, sample)
         with self._lock:

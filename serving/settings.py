@@ -41,6 +41,8 @@ class BatchingSettings:
     instances: int = 0
     # Longest sequence bucket used for warm-up shapes.
     warmup_max_sequence: int = 128
+    # One successful request in this many has its numeric inputs summarised for drift (serving.inputstats); 0: none.
+    input_sample_every: int = 16
 
 
 def parallelism(runtime: RuntimeSettings, batching: BatchingSettings, on_gpu: bool) -> tuple[int, int]:

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from alerts.catalogue import DEVICE_METRICS, SLOT_METRICS
 from alerts.rules import Insufficient, Rule
 from alerts.slo import BurnRule
+from controlplane.history.drift import drift_observation
 from controlplane.history.query import SlotAggregate
 from controlplane.history.slo import burn_observation
 from controlplane.models import AuditEvent, Deployment, DeviceSample, OutboxMessage, SlotSample
@@ -128,6 +129,8 @@ def observe(
         return _slot_metric(session, rule, now)
     if c.metric in DEVICE_METRICS or c.metric == "gpu_memory_fill":
         return _device_metric(session, rule, now)
+    if c.metric == "drift_score":
+        return drift_observation(session, c.window, c.by, c.min_samples, now)
     if c.metric == "engine_ready":
         return {(): 1.0 if engine_ready() else 0.0}
     if c.metric == "queue_fill":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flask import Response
@@ -25,6 +25,7 @@ from controlplane.console.model_status import (
 )
 from controlplane.context import current_services, get_db
 from controlplane.errors import ApiError, NotFound
+from controlplane.history import drift
 from controlplane.models import Deployment
 from controlplane.rollout import service as rollouts
 from controlplane.rollout.readmodel import ACTIONS, describe_deployment, describe_rollout
@@ -105,6 +106,8 @@ def model(name: str) -> Response:
     live = live_versions(deployment, live_figures(name))
     services = current_services()
     slos = services.history.slo_status([s for s in services.slos if s.model == name], datetime.now(UTC))
+    now = datetime.now(UTC)
+    drifted = drift.describe(db, name, now - timedelta(hours=1), now)
     return page(
         "console/model.html",
         name=name,
@@ -120,6 +123,8 @@ def model(name: str) -> Response:
         first_deploy=first_deploy_words(name),
         alerts=firing,
         slos=slos,
+        drift=drifted,
+        drift_notable=drift.NOTABLE,
         refresh_s=MODEL_REFRESH_S,
         defaults=current_services().settings.rollout,
     )

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from alerts.catalogue import METRICS, SLOT_METRICS
 from controlplane.models import DeviceSample, SlotSample
+from serving import inputstats
 from serving.histogram import Histogram
 
 _QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p999": 0.999}
@@ -47,6 +48,8 @@ class SlotAggregate:
     # labels per output (label -> count; bounded per version by the engine: top labels plus 'other').
     compute: dict[int, Histogram] = field(default_factory=dict)
     labels: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Sampled numeric inputs per feature: {n, sum, sumsq, bins} (serving.inputstats; merged by adding).
+    inputs: dict[str, dict] = field(default_factory=dict)
 
     def add(self, row: SlotSample) -> None:
         self.successes += row.successes
@@ -77,6 +80,8 @@ class SlotAggregate:
             mine = self.labels.setdefault(output, {})
             for label, count in counts.items():
                 mine[label] = mine.get(label, 0) + count
+        if row.input_summaries:
+            inputstats.merge(self.inputs, row.input_summaries)
 
     @property
     def requests(self) -> int:

@@ -76,6 +76,7 @@ def _roll_up_slots(session: Session, source: int, target: int, cutoff: datetime)
                 shadow_agreed=agg.shadow_agreed,
                 compute_hist={str(k): h.to_dict() for k, h in sorted(agg.compute.items())} or None,
                 label_counts=agg.labels or None,
+                input_summaries=agg.inputs or None,
             )
         )
     replaced = [row.id for members in groups.values() for row in members]

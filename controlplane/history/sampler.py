@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.clock import utcnow
 from controlplane.models import DeviceSample, SlotSample
+from serving import inputstats
 from serving.batching import BatcherSnapshot
 from serving.engine import Engine, LoadedVersion
 from serving.memory import heap_stats
@@ -69,6 +70,7 @@ def slot_row(
         shadow_agreed=shadow[1],
         compute_hist=_compute_since(before, after) or None,
         label_counts=_labels_since(before, after) or None,
+        input_summaries=inputstats.since(before.inputs, after.inputs) or None,
     )
 
 

@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from alerts.slo import SLO
-from controlplane.history import query
+from controlplane.history import drift, query
 from controlplane.history.slo import slo_status
 from controlplane.models import AlertEvent, AlertRecord, Rollout, RolloutMeasurement
 
@@ -48,6 +48,14 @@ class HistoryService:
         """Return each SLO's objective, good/total over its period, budget left and burn rate per window."""
         with self._sessions() as session:
             return [slo_status(session, slo, now) for slo in slos]
+
+    def drift_series(self, start: datetime, end: datetime, step_s: int, model: str | None = None) -> list[dict]:
+        """Return each version's drift scores over the range, a point per step, against its reference."""
+        with self._sessions() as session:
+            found = []
+            for m, version in drift.versions_seen(session, start, end, model):
+                found.extend(drift.drift_series(session, m, version, start, end, step_s)[1])
+            return found
 
     def markers(self, start: datetime, end: datetime, model: str | None = None) -> list[dict]:
         """Return rollout starts, step verdicts and endings, and alert firings, to mark on time axes."""

@@ -70,7 +70,7 @@ from controlplane.models.alerting import (  # noqa: E402
     SilenceRecord,
 )
 from controlplane.models.auth import ApiToken, AuditEvent, LoginFailure, LoginSession, User  # noqa: E402
-from controlplane.models.history import DeviceSample, SlotSample  # noqa: E402
+from controlplane.models.history import DeviceSample, DriftReference, SlotSample  # noqa: E402
 from controlplane.models.registry import ModelVersion  # noqa: E402
 from controlplane.models.rollout import (  # noqa: E402
     Deployment,
@@ -90,6 +90,7 @@ __all__ = [
     "Base",
     "Deployment",
     "DeviceSample",
+    "DriftReference",
     "EngineDesired",
     "EngineStatus",
     "Lease",

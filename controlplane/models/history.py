@@ -50,6 +50,21 @@ class SlotSample(Base):
     compute_hist: Mapped[dict | None] = mapped_column(JSON)
     # {output: {label: count}} of predicted labels (arg-max of a classifier's scores, or a label output).
     label_counts: Mapped[dict | None] = mapped_column(JSON)
+    # {feature: {n, sum, sumsq, bins}} of sampled numeric inputs (serving.inputstats): input drift.
+    input_summaries: Mapped[dict | None] = mapped_column(JSON)
+
+
+class DriftReference(Base):
+    """The window an operator pinned as a version's reference for drift (without a row: its first day serving)."""
+
+    __tablename__ = "drift_references"
+
+    model: Mapped[str] = mapped_column(String(128), primary_key=True)
+    version: Mapped[str] = mapped_column(String(64), primary_key=True)
+    start: Mapped[datetime]
+    end: Mapped[datetime]
+    pinned_by: Mapped[str] = mapped_column(String(128))
+    pinned_at: Mapped[datetime]
 
 
 class DeviceSample(Base):

@@ -14,17 +14,19 @@ from alerts.states import Severity
 
 RULES = Path(__file__).resolve().parents[2] / "alerts" / "rules"
 KNOWN = [*METRICS, *LIVE_METRICS]
-RUNBOOKS = ["rollback", "drain_reload", "compact_memory", "set_batching", "shed_load", "diagnostics"]
+RUNBOOKS = ["rollback", "drain_reload", "compact_memory", "set_batching", "shed_load", "diagnostics", "check_drift"]
 
 
 def test_the_default_rule_set_covers_what_the_issue_asks_and_says_why() -> None:
     rules = {r.name: r for r in load_rules(RULES, KNOWN, RUNBOOKS)}
     metrics = {r.condition.metric for r in rules.values()}
     assert {"engine_ready", "error_rate", "timeout_rate", "p99", "queue_fill", "rejection_rate", "gpu_memory_fill",
-            "gpu_utilization", "fragmentation", "versions_live", "auto_rollbacks", "notification_failures"} <= metrics  # fmt: skip
+            "gpu_utilization", "fragmentation", "versions_live", "auto_rollbacks", "notification_failures", "drift_score"} <= metrics  # fmt: skip
     assert rules["engine_not_ready"].severity is Severity.P0
     assert all(len(r.why) > 20 for r in rules.values())
     assert all(r.runbook in RUNBOOKS for r in rules.values())
+    drift = rules["model_drift"]
+    assert drift.severity is Severity.P2 and drift.runbook == "check_drift" and "feature" in drift.condition.by
     rollback = rules["high_error_rate"]
     assert rollback.automatic.enabled and rollback.automatic.cooldown == timedelta(minutes=15)
     assert rollback.render(rollback.summary, {"model": "textcls", "version": "2"}, 0.123) == (
@@ -128,3 +130,28 @@ def test_by_reason_is_for_the_client_error_rate_only(tmp_path: Path) -> None:
             RuleError, match="field 'condition.by': 'reason' applies only to client_error_rate with aggregation avg"
         ):
             load_rules(tmp_path, METRICS)
+
+
+DRIFT = """
+rules:
+  - name: drift
+    severity: P2
+    why: answers moved away from the reference
+    condition: {metric: drift_score, aggregation: avg, window: 1h, op: ">", threshold: 0.1, by: [model, feature], min_samples: 80}
+    summary: "{model}: {feature} drifted"
+"""
+
+
+def test_a_drift_rule_groups_by_feature_and_sets_its_fewest_samples(tmp_path: Path) -> None:
+    (rule,) = load_rules(write(tmp_path, DRIFT), KNOWN, RUNBOOKS)
+    assert rule.condition.by == ("model", "feature") and rule.condition.min_samples == 80
+    refusals = {
+        ("aggregation: avg", "aggregation: max"): "field 'condition.aggregation': a drift score is one score",
+        ("metric: drift_score", "metric: error_rate"): "field 'condition.by': 'feature' applies only to drift_score",
+    }
+    for (old, new), wanted in refusals.items():
+        with pytest.raises(RuleError, match=wanted):
+            load_rules(write(tmp_path, DRIFT.replace(old, new)), KNOWN, RUNBOOKS)
+    no_feature = DRIFT.replace("by: [model, feature], ", "by: [model], ").replace("drift_score", "error_rate")
+    with pytest.raises(RuleError, match="field 'condition.min_samples': applies only to drift_score"):
+        load_rules(write(tmp_path, no_feature), KNOWN, RUNBOOKS)

@@ -36,6 +36,11 @@ class FakeHistory:
         self.calls.append(("batch_distribution", start, end, model))
         return [{"labels": {"model": "mlp", "version": "1", "slot": "blue"}, "counts": {"1": 3, "4": 1}}]
 
+    def drift_series(self, start: datetime, end: datetime, step_s: int, model: str | None) -> list[dict]:
+        self.calls.append(("drift_series", start, end, step_s, model))
+        labels = {"model": "mlp", "version": "1", "kind": "input", "name": "input"}
+        return [{"labels": labels, "points": [[start.isoformat(), 0.02], [end.isoformat(), 0.4]]}]
+
     def markers(self, start: datetime, end: datetime, model: str | None) -> list[dict]:
         self.calls.append(("markers", start, end, model))
         return [{"time": (start + timedelta(seconds=1)).isoformat(), "kind": "alert", "text": HOSTILE}]

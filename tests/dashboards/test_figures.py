@@ -247,6 +247,7 @@ def test_text_from_data_is_escaped_for_plotly_labels(recorded) -> None:
         ({"model": "mlp"}, "mlp"),
         (GPU, "gpu0"),
         ({}, "all models"),
+        ({"model": "mlp", "version": "2", "kind": "input", "name": "pixels"}, "mlp v2 input:pixels"),
     ],
 )
 def test_series_names(labels: dict, name: str) -> None:
@@ -377,3 +378,14 @@ def test_label_rows_get_room_under_the_title_and_the_legend_its_own_below_the_ax
         assert layout["title"]["yref"] == "container" and layout["title"]["yanchor"] == "top"
     # Container-referenced, the legend's room comes on top of what the axis (ticks, title) pushes.
     assert layout["legend"]["yref"] == "container" and layout["xaxis"]["automargin"] is True
+
+
+def test_drift_scores_per_version_and_feature_in_bits() -> None:
+    labels = {"model": "magika", "version": "1", "kind": "predictions", "name": "target_label"}
+    series = {
+        "drift_score": [{"labels": labels, "points": [["2026-12-01T10:00:00", 0.02], ["2026-12-01T10:01:00", 0.6]]}]
+    }
+    drift = {f["id"]: f for f in build_dashboard(series, [], [])}["drift"]
+    (trace,) = drift["data"]
+    assert trace["name"] == "magika v1 predictions:target_label" and trace["y"] == [0.02, 0.6]
+    assert trace["hovertemplate"].endswith(" bits") and "Jensen-Shannon" in drift["title"]

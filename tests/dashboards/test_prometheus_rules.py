@@ -155,7 +155,7 @@ def test_skipped_rules_are_exactly_those_without_a_counterpart(text: str, source
     expected = [r.name for r in source_rules if r.condition.metric in prometheus.NO_COUNTERPART]
 
     assert [s.rule for s in result.skipped] == expected
-    assert set(expected) == {"automatic_rollback", "webhook_deliveries_failing", "memory_fragmented"}
+    assert set(expected) == {"automatic_rollback", "webhook_deliveries_failing", "memory_fragmented", "model_drift"}
     header = text.split("\ngroups:")[0]
     for skipped in result.skipped:
         assert f"#   - {skipped.rule} ({skipped.metric}): {skipped.reason}" in header

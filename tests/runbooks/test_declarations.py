@@ -34,6 +34,7 @@ def test_every_runbook_declares_itself_validly(catalog: RunbookCatalog) -> None:
     assert flags["drain_reload"] == (True, False, "operator")
     assert flags["rollback"] == (False, True, "operator")
     assert flags["diagnostics"] == (False, True, "viewer")  # a read-only snapshot gets a read-only token
+    assert flags["check_drift"] == (False, True, "viewer")  # it reads and says; it changes nothing
 
 
 def test_describe_needs_no_arguments_and_sends_nothing(fake_api) -> None:

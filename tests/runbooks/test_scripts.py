@@ -24,6 +24,7 @@ DRY_RUNS = {
     "set_batching.py": ["--max-batch-size", "8", "--max-queue-delay-ms", "1.5"],
     "shed_load.py": ["--max-queue-size", "64"],
     "diagnostics.py": ["--out", "snap.json"],
+    "check_drift.py": ["--model", "magika"],
 }
 
 
@@ -222,3 +223,36 @@ def test_alert_commands_spell_flags_with_underscores(fake_api: FakeApi) -> None:
     # The alert evaluator prints `python runbooks/shed_load.py --max_queue_size 64`; that works too.
     done = run_script(RUNBOOKS / "shed_load.py", "--max_queue_size", "64", "--dry-run", env=env(fake_api))
     assert done.returncode == 0 and '{\\"max_queue_size\\": 64}' in done.stdout
+
+
+def test_check_drift_says_what_moved_and_what_to_check(fake_api: FakeApi) -> None:
+    def score(kind: str, name: str, value: float | None, **extra: float) -> dict:
+        return {"kind": kind, "name": name, "score": value, "samples": 120, "reference_samples": 160, **extra}
+
+    reference = {"start": "2026-12-01T00:00:00+00:00", "end": "2026-12-02T00:00:00+00:00", "source": "first_day"}
+    drift = {
+        "model": "magika",
+        "versions": [
+            {
+                "version": "1",
+                "reference": reference,
+                "scores": [
+                    score("predictions", "target_label", 0.92),
+                    score("input", "bytes", 0.41, mean=131.0, reference_mean=96.5),
+                ],
+            }
+        ],
+    }
+    events = [{"ts": "2026-12-02T09:00:00+00:00", "action": "rollout.start", "actor": "otto", "target": "magika",
+               "outcome": "ok"}, {"ts": "x", "action": "rollout.start", "actor": "a", "target": "mlp", "outcome": "ok"}]  # fmt: skip
+    fake_api.routes[("GET", "/api/models/magika/drift")] = lambda body: (200, drift)
+    fake_api.routes[("GET", "/api/audit")] = lambda body: (200, {"events": events})
+    done = run_script(RUNBOOKS / "check_drift.py", "--model", "magika", env=env(fake_api))
+    assert done.returncode == 0, done.stdout + done.stderr
+    steps = {s["step"]: s for s in step_lines(done.stdout)}
+    assert {s["status"] for s in steps.values()} == {"ok"}, steps
+    said = steps["scores"]["detail"]
+    assert "v1 predictions:target_label: 0.920 bits" in said and "mean 96.5 -> 131" in said
+    assert "callers send different data" in said and "its first day serving" in said
+    assert "rollout.start by otto" in str(steps["deploys"]["detail"]) and "mlp" not in str(steps["deploys"]["detail"])
+    assert [s.path.split("?")[0] for s in fake_api.seen] == ["/api/models/magika/drift", "/api/audit"]

@@ -271,3 +271,28 @@ def test_overview_lists_the_nodes_their_processes_alive_or_gone_and_the_leader(a
     assert re.search(r'data-node="node-x">node-x<div><span class="badge gone">gone</span>', model.replace("\n", "")), (
         model
     )
+
+
+def test_the_model_page_shows_each_versions_drift_and_lets_an_operator_pin_its_reference(app, as_role) -> None:
+    from datetime import timedelta
+
+    from tests.controlplane.history.test_drift_api import history
+
+    history(app, datetime.now(UTC))  # the first day's inputs around 1, the last half hour's around 3
+    viewer, _ = as_role(Role.VIEWER)
+    html = viewer.get("/models/mlp").get_data(as_text=True)
+    row = re.search(r'<tr data-drift="1:input:input">(.*?)</tr>', html, re.S).group(1)
+    assert '<strong class="flash error">' in row and "300 (600)" in row and "first day: " in html
+    assert re.search(r'<tr data-drift="1:predictions:logits">.*?0\.000', html, re.S)
+    form = next(f for f in action_forms(html) if "drift-reference" in f["api"])
+    assert form["api"] == "/api/models/mlp/versions/__version__/drift-reference" and form["method"] == "PUT"
+    assert form["enabled"] == [False]  # a viewer sees it, locked
+    operator, csrf = as_role(Role.OPERATOR)
+    assert [f["enabled"] for f in action_forms(operator.get("/models/mlp").get_data(as_text=True))
+            if "drift-reference" in f["api"]] == [[True]]  # fmt: skip
+    # What console.js sends for the form: the version in the path, the window in the body, the CSRF token.
+    since = (datetime.now(UTC) - timedelta(minutes=40)).isoformat()
+    pinned = operator.put(form["api"].replace("__version__", "1"), json={"start": since, "end": "now"},
+                          headers={"X-CSRF-Token": csrf})  # fmt: skip
+    assert pinned.status_code == 200, pinned.get_json()
+    assert "pinned by" in operator.get("/models/mlp").get_data(as_text=True)

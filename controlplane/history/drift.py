@@ -1,0 +1,362 @@
+"""Drift: is a version still answering, and still being asked, like it was in its reference window?
+
+For every version the history holds its predicted labels per output (the counts the canary judge
+compares) and summaries of sampled numeric inputs per feature (`serving.inputstats`: a histogram
+over fixed bins every window shares). A window's drift score for one output or feature is the
+Jensen-Shannon divergence (bits, 0 = the same distribution, 1 = no overlap) between the window's
+counts and the reference's: `rollout.judge.js_divergence`, the statistic the judge uses, with its
+chi-square test of homogeneity reported beside it.
+
+The reference is the window an operator pinned (`drift_references`, via the API or the console,
+audited), or by default the version's first day serving: from its first history row to a day
+later. While a version is in its first day the window and its reference overlap, so the score is
+low by construction; pin a reference to judge sooner.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from alerts.rules import Insufficient, duration_text
+from controlplane import metrics
+from controlplane.auth.audit import Audit
+from controlplane.clock import utcnow
+from controlplane.errors import ApiError, NotFound
+from controlplane.history.query import SlotAggregate
+from controlplane.models import DriftReference, ModelVersion, SlotSample
+from controlplane.rollout.judge import chi2_homogeneity, js_divergence
+from serving import inputstats
+
+DEFAULT_REFERENCE = timedelta(days=1)
+PREDICTIONS, INPUT = "predictions", "input"
+# Fewest samples in the window (and in the reference) before a score is computed: the divergence of
+# two samples of the same distribution shrinks like (bins - 1) / samples, so it needs enough of them.
+MIN_SAMPLES = 50
+# A score worth a look: the shipped rule's threshold (alerts/rules/drift.yaml); the model page marks scores above it.
+NOTABLE = 0.1
+# Each point of a drift series scores at least this much of the history before it.
+SERIES_WINDOW = timedelta(minutes=15)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A version's reference window and where it came from ('pinned' by someone, or 'first_day')."""
+
+    start: datetime
+    end: datetime
+    source: str
+    pinned_by: str | None = None
+    pinned_at: datetime | None = None
+
+    def as_dict(self) -> dict:
+        return {
+            "start": self.start.isoformat(),
+            "end": self.end.isoformat(),
+            "source": self.source,
+            "pinned_by": self.pinned_by,
+            "pinned_at": self.pinned_at.isoformat() if self.pinned_at else None,
+        }
+
+
+@dataclass(frozen=True)
+class Score:
+    """The drift of one output's predictions or one input feature over a window against the reference."""
+
+    kind: str  # PREDICTIONS or INPUT
+    name: str  # the output, or the feature (serving.inputstats)
+    score: float | None  # Jensen-Shannon divergence in bits; None with too few samples
+    samples: int
+    reference_samples: int
+    p_value: float | None = None  # chi-square test of homogeneity, as the canary judge reports
+    mean: float | None = None  # an input feature's mean and standard deviation, window and reference
+    std: float | None = None
+    reference_mean: float | None = None
+    reference_std: float | None = None
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def reference_of(session: Session, model: str, version: str) -> Reference | None:
+    """Return the version's reference: the pinned window, else its first day serving; None if it never served."""
+    pinned = session.get(DriftReference, (model, version))
+    if pinned is not None:
+        return Reference(pinned.start, pinned.end, "pinned", pinned.pinned_by, pinned.pinned_at)
+    first = session.execute(
+        select(SlotSample.ts, SlotSample.interval_s)
+        .where(SlotSample.model == model, SlotSample.version == version, SlotSample.successes > 0)
+        .order_by(SlotSample.ts)
+        .limit(1)
+    ).first()
+    if first is None:
+        return None
+    # NOTE: a row's ts is the end of its interval (a rollup's: of its bucket), so the day starts where the
+    # first row's interval began; once rows are rolled up the day's edges are as coarse as the rows kept.
+    start = first[0] - timedelta(seconds=first[1] or 1)
+    return Reference(start, start + DEFAULT_REFERENCE, "first_day")
+
+
+def aggregate(session: Session, model: str, version: str, start: datetime, end: datetime) -> SlotAggregate:
+    """Add up one version's rows (every slot, process and resolution) ending in (start, end]."""
+    agg = SlotAggregate()
+    rows = session.scalars(
+        select(SlotSample).where(
+            SlotSample.model == model, SlotSample.version == version, SlotSample.ts > start, SlotSample.ts <= end
+        )
+    )
+    for row in rows:
+        agg.add(row)
+    return agg
+
+
+def _mean_std(summary: dict | None) -> tuple[float | None, float | None]:
+    found = inputstats.moments(summary) if summary else None
+    return (None, None) if found is None else (found[0], math.sqrt(found[1]))
+
+
+def compare(window: SlotAggregate, reference: SlotAggregate, min_samples: int = MIN_SAMPLES) -> list[Score]:
+    """Score every output and input feature the window or the reference saw."""
+    scores = []
+    for output in sorted(set(window.labels) | set(reference.labels)):
+        now, then = window.labels.get(output, {}), reference.labels.get(output, {})
+        n, m = sum(now.values()), sum(then.values())
+        enough = n >= min_samples and m >= min_samples
+        scores.append(
+            Score(
+                PREDICTIONS,
+                output,
+                js_divergence(now, then) if enough else None,
+                n,
+                m,
+                chi2_homogeneity(now, then)[2] if enough else None,
+            )
+        )
+    for feature in sorted(set(window.inputs) | set(reference.inputs)):
+        now_s, then_s = window.inputs.get(feature), reference.inputs.get(feature)
+        now, then = (now_s or {}).get("bins", {}), (then_s or {}).get("bins", {})
+        n, m = sum(now.values()), sum(then.values())
+        enough = n >= min_samples and m >= min_samples
+        mean, std = _mean_std(now_s)
+        ref_mean, ref_std = _mean_std(then_s)
+        scores.append(
+            Score(
+                INPUT,
+                feature,
+                js_divergence(now, then) if enough else None,
+                n,
+                m,
+                chi2_homogeneity(now, then)[2] if enough else None,
+                mean,
+                std,
+                ref_mean,
+                ref_std,
+            )
+        )
+    return scores
+
+
+class ReferenceCache:
+    """Aggregates of reference windows that have ended: immutable, so each is read from the database once.
+
+    NOTE: keyed by the window itself, so a newly pinned window is a new entry; a reference still open
+    (a version in its first day) is read again each time. Retention rolling rows up does not change
+    their sums, so a cached aggregate stays right.
+    """
+
+    def __init__(self, limit: int = 256) -> None:
+        self._entries: dict[tuple[str, str, datetime, datetime], SlotAggregate] = {}
+        self._limit = limit
+
+    def get(self, session: Session, model: str, version: str, reference: Reference, now: datetime) -> SlotAggregate:
+        key = (model, version, reference.start, reference.end)
+        found = self._entries.get(key)
+        if found is None:
+            found = aggregate(session, model, version, reference.start, min(reference.end, now))
+            if reference.end <= now:
+                if len(self._entries) >= self._limit:
+                    self._entries.pop(next(iter(self._entries)))
+                self._entries[key] = found
+        return found
+
+
+_REFERENCES = ReferenceCache()
+
+
+def versions_seen(session: Session, start: datetime, end: datetime, model: str | None = None) -> list[tuple[str, str]]:
+    """Return the (model, version) pairs with history rows in (start, end]."""
+    query = select(SlotSample.model, SlotSample.version).where(SlotSample.ts > start, SlotSample.ts <= end)
+    if model is not None:
+        query = query.where(SlotSample.model == model)
+    return sorted({(m, v) for m, v in session.execute(query.distinct())})
+
+
+def drift(
+    session: Session,
+    model: str,
+    version: str,
+    start: datetime,
+    end: datetime,
+    cache: ReferenceCache | None = None,
+    min_samples: int = MIN_SAMPLES,
+) -> tuple[Reference | None, list[Score]]:
+    """Return a version's reference and its scores over the window (start, end]."""
+    reference = reference_of(session, model, version)
+    if reference is None:
+        return None, []
+    window = aggregate(session, model, version, start, end)
+    then = (cache or ReferenceCache()).get(session, model, version, reference, end)
+    return reference, compare(window, then, min_samples)
+
+
+def drift_series(
+    session: Session, model: str, version: str, start: datetime, end: datetime, step_s: int
+) -> tuple[Reference | None, list[dict]]:
+    """Return one series of scores per (kind, name): at the end of every step, the score of the trailing
+    `max(step, SERIES_WINDOW)` against the reference (a 30-second step alone holds too few samples to judge)."""
+    reference = reference_of(session, model, version)
+    if reference is None:
+        return None, []
+    then = _REFERENCES.get(session, model, version, reference, end)
+    steps = max(1, math.ceil((end - start).total_seconds() / step_s))
+    span = max(1, math.ceil(SERIES_WINDOW.total_seconds() / step_s))  # steps each point looks back over
+    buckets: dict[int, list[SlotSample]] = defaultdict(list)
+    rows = session.scalars(
+        select(SlotSample).where(
+            SlotSample.model == model,
+            SlotSample.version == version,
+            SlotSample.ts > start - timedelta(seconds=step_s * (span - 1)),
+            SlotSample.ts <= end,
+        )
+    )
+    for row in rows:
+        buckets[math.floor((row.ts - start).total_seconds() / step_s)].append(row)
+    times = [(start + timedelta(seconds=step_s * (i + 1))).isoformat() for i in range(steps)]
+    points: dict[tuple[str, str], dict[int, float | None]] = defaultdict(dict)
+    for i in range(steps):
+        if i not in buckets:
+            continue  # nothing answered in this step: a gap, not a stale score
+        window = SlotAggregate()
+        for j in range(i - span + 1, i + 1):
+            for row in buckets.get(j, ()):
+                window.add(row)
+        for score in compare(window, then):
+            points[(score.kind, score.name)][i] = score.score
+    return reference, [
+        {
+            "labels": {"model": model, "version": version, "kind": kind, "name": name},
+            "points": [[t, values.get(i)] for i, t in enumerate(times)],
+        }
+        for (kind, name), values in sorted(points.items())
+    ]
+
+
+def describe(session: Session, model: str, start: datetime, end: datetime, version: str | None = None) -> dict:
+    """Every version of a model seen in (start, end] (or the one asked for), scored against its reference.
+
+    What `GET /api/models/<m>/drift` answers and the model page shows.
+    """
+    versions = [version] if version else [v for _, v in versions_seen(session, start, end, model)]
+    found = []
+    for v in versions:
+        reference, scored = drift(session, model, v, start, end, _REFERENCES)
+        found.append(
+            {
+                "version": v,
+                "reference": reference.as_dict() if reference else None,
+                "scores": [s.as_dict() for s in scored],
+            }
+        )
+    return {
+        "model": model,
+        "start": start.isoformat(),
+        "end": end.isoformat(),
+        "min_samples": MIN_SAMPLES,
+        "versions": found,
+    }
+
+
+def pin_reference(
+    session: Session, model: str, version: str, start: datetime, end: datetime, audit: Audit, actor: str
+) -> Reference:
+    """Pin (start, end] as a version's drift reference; audited in the caller's transaction."""
+    if session.scalar(select(ModelVersion).where(ModelVersion.name == model, ModelVersion.version == version)) is None:
+        raise NotFound(f"model '{model}' has no version '{version}'")
+    if end <= start:
+        raise ApiError("the reference window must end after it starts")
+    if end > utcnow() + timedelta(minutes=1):
+        raise ApiError("the reference window must have ended: its end is in the future")
+    samples = aggregate(session, model, version, start, end)
+    if samples.successes == 0:
+        raise ApiError(f"version '{version}' of '{model}' answered no request between {start} and {end}")
+    row = session.get(DriftReference, (model, version))
+    if row is None:
+        row = DriftReference(model=model, version=version, start=start, end=end, pinned_by=actor, pinned_at=utcnow())
+        session.add(row)
+    else:
+        row.start, row.end, row.pinned_by, row.pinned_at = start, end, actor, utcnow()
+    audit(
+        session,
+        "drift.pin_reference",
+        f"{model}:{version}",
+        "ok",
+        {"start": start.isoformat(), "end": end.isoformat(), "requests": samples.successes},
+    )
+    return Reference(start, end, "pinned", actor, row.pinned_at)
+
+
+def unpin_reference(session: Session, model: str, version: str, audit: Audit) -> bool:
+    """Go back to the default reference (the first day); return whether a pinned one was removed."""
+    row = session.get(DriftReference, (model, version))
+    if row is not None:
+        session.delete(row)
+    audit(session, "drift.unpin_reference", f"{model}:{version}", "ok", {"was_pinned": row is not None})
+    return row is not None
+
+
+def feature_label(score: Score) -> str:
+    """Name what a score is about, as alerts and the gauge label it: 'predictions:<output>', 'input:<feature>'."""
+    return f"{score.kind}:{score.name}"
+
+
+def drift_observation(
+    session: Session, window: timedelta, by: tuple[str, ...], min_samples: int, now: datetime
+) -> dict[tuple[tuple[str, str], ...], float | Insufficient]:
+    """What a drift rule sees: per label set, the largest score over the window (Insufficient with too few samples)."""
+    needed = min_samples or MIN_SAMPLES
+    found: dict[tuple[tuple[str, str], ...], float | Insufficient] = {}
+    for model, version in versions_seen(session, now - window, now):
+        _, scored = drift(session, model, version, now - window, now, _REFERENCES, needed)
+        for score in scored:
+            labels = {"model": model, "version": version, "feature": feature_label(score)}
+            key = tuple((name, labels.get(name, "")) for name in by)
+            if score.score is None:
+                if key not in found:
+                    found[key] = Insufficient(
+                        f"too few samples to judge: {score.samples} in {duration_text(window)} and "
+                        f"{score.reference_samples} in the reference, fewer than the {needed} needed on both sides"
+                    )
+                continue
+            earlier = found.get(key)
+            if not isinstance(earlier, float) or score.score > earlier:
+                found[key] = score.score
+    return found
+
+
+def publish_scores(sessions: sessionmaker[Session], window: timedelta, now: datetime | None = None) -> int:
+    """Set flightdeck_drift_score for every version seen in the window (the leader's `drift-score` job)."""
+    now = now or utcnow()
+    published = 0
+    with sessions() as session:
+        for model, version in versions_seen(session, now - window, now):
+            _, scored = drift(session, model, version, now - window, now, _REFERENCES)
+            for score in scored:
+                if score.score is not None:
+                    metrics.DRIFT_SCORE.labels(model, version, score.kind, score.name).set(score.score)
+                    published += 1
+    return published
