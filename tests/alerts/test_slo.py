@@ -25,7 +25,7 @@ from alerts.slo import (
 from alerts.states import Severity
 
 RULES = Path(__file__).resolve().parents[2] / "alerts" / "rules"
-RUNBOOKS = ["rollback", "drain_reload", "compact_memory", "set_batching", "shed_load", "diagnostics"]
+RUNBOOKS = ["rollback", "drain_reload", "compact_memory", "set_batching", "shed_load", "diagnostics", "check_drift"]
 AVAILABILITY = SLO("mlp_availability", "mlp", SLI.AVAILABILITY, 0.999)
 LATENCY = SLO("mlp_latency", "mlp", SLI.LATENCY, 0.99, threshold_ms=250)
 
