@@ -1,0 +1,266 @@
+"""OpenTelemetry traces (controlplane.tracing) exported to a real OTLP/HTTP receiver on 127.0.0.1.
+
+The receiver is a plain HTTP server decoding what the SDK's exporter sends with opentelemetry-proto's
+own messages. Requests go through the ASGI front in process (the real engine, its batcher threads,
+the real exporter over HTTP), with tracing turned on the way an operator would: OTEL_* variables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from flask import Flask
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+
+from controlplane import tracing
+from controlplane.asgi import Front
+from tests.aio import run_async
+from tests.controlplane.test_asgi import _asgi
+from tests.controlplane.test_inference_api import MLP, mlp_body
+
+CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER_SPAN = "00f067aa0ba902b7"
+
+
+@dataclass
+class Received:
+    """One exported span, flattened from the protobuf."""
+
+    name: str
+    trace_id: str
+    span_id: str
+    parent: str
+    trace_state: str
+    kind: int
+    attributes: dict
+    links: list[tuple[str, str]]
+    resource: dict
+
+
+def _value(any_value) -> object:
+    return getattr(any_value, any_value.WhichOneof("value"))
+
+
+class Receiver:
+    """An OTLP/HTTP trace receiver: POST /v1/traces with an ExportTraceServiceRequest."""
+
+    def __init__(self) -> None:
+        self.spans: list[Received] = []
+        self.changed = threading.Condition()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                ok = self.path == "/v1/traces" and self.headers.get("Content-Type") == "application/x-protobuf"
+                if ok:
+                    receiver._add(ExportTraceServiceRequest.FromString(body))
+                reply = ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200 if ok else 400)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def _add(self, request: ExportTraceServiceRequest) -> None:
+        spans = []
+        for resource_spans in request.resource_spans:
+            resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
+            for scope_spans in resource_spans.scope_spans:
+                for s in scope_spans.spans:
+                    spans.append(
+                        Received(
+                            s.name,
+                            s.trace_id.hex(),
+                            s.span_id.hex(),
+                            s.parent_span_id.hex(),
+                            s.trace_state,
+                            s.kind,
+                            {a.key: _value(a.value) for a in s.attributes},
+                            [(link.trace_id.hex(), link.span_id.hex()) for link in s.links],
+                            resource,
+                        )
+                    )
+        with self.changed:
+            self.spans.extend(spans)
+            self.changed.notify_all()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[Receiver]:
+    running = Receiver()
+    yield running
+    running.stop()
+
+
+@pytest.fixture(autouse=True)
+def traced(receiver: Receiver, monkeypatch: pytest.MonkeyPatch, app_config: dict) -> None:
+    """Tracing on as an operator turns it on; each test sees only its own spans."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
+    monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
+    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+    monkeypatch.delenv("OTEL_TRACES_SAMPLER", raising=False)
+    app_config.update(warmup_max_sequence=16, batch_instances=1)
+    with receiver.changed:
+        receiver.spans.clear()
+
+
+def exported(app: Flask, receiver: Receiver) -> list[Received]:
+    """Export every finished span now and return what the receiver decoded."""
+    assert app.extensions["flightdeck"].tracing.flush(10)
+    with receiver.changed:
+        return list(receiver.spans)
+
+
+def post(front: Front, headers: dict[str, str], seed: int = 0):
+    body = json.dumps(mlp_body(1, seed)).encode()
+    return _asgi(front, f"{MLP}/infer", body, {"Content-Type": "application/json", **headers}, "POST", None)
+
+
+def test_a_request_continues_the_callers_trace(app: Flask, receiver: Receiver) -> None:
+    headers = {"traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01", "tracestate": "vendor=abc", "X-Request-ID": "r1"}
+    reply = run_async(lambda: post(Front(app), headers))
+    assert reply.status == 200
+    spans = exported(app, receiver)
+    assert {s.trace_id for s in spans} == {CALLER_TRACE}
+    (server,) = [s for s in spans if s.name == "POST /v2/models/{model}/infer"]
+    assert (server.parent, server.kind, server.trace_state) == (CALLER_SPAN, 2, "vendor=abc")  # 2: SERVER
+    assert server.attributes == {
+        "flightdeck.model": "mlp",
+        "flightdeck.request_id": "r1",
+        "flightdeck.model.version": "1",
+        "flightdeck.slot": "blue",
+        "flightdeck.batch.size": 1,
+        "http.response.status_code": 200,
+        "flightdeck.outcome": "success",
+    }
+    children = {s.name: s for s in spans if s.parent == server.span_id}
+    assert sorted(children) == ["admission", "batch run", "decode", "encode", "queue wait"]
+    run = children["batch run"]  # it ran alone (the executor was idle): a child of its only request
+    assert run.links == [(CALLER_TRACE, server.span_id)]
+    assert run.attributes["flightdeck.batch.size"] == 1
+    assert run.attributes["flightdeck.outcome"] == "success"
+    assert (run.attributes["flightdeck.model.version"], run.attributes["flightdeck.slot"]) == ("1", "blue")
+    assert server.resource["service.name"] == "flightdeck"
+
+    # The request log line names the same trace and span.
+    lines = (app.extensions["flightdeck"].settings.log_dir / "requests.log").read_text().splitlines()
+    line = next(json.loads(x) for x in lines if json.loads(x)["request_id"] == "r1")
+    assert (line["trace_id"], line["span_id"]) == (CALLER_TRACE, server.span_id)
+
+
+class HoldFirstBatch(SpanProcessor):
+    """Holds the executor thread that ends the first 'batch run' span until released (a public SDK hook)."""
+
+    def __init__(self) -> None:
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if span.name == "batch run" and not self.entered.is_set():
+            self.entered.set()
+            self.release.wait(10)
+
+
+def test_requests_batched_together_share_one_run_span_linked_to_each(app: Flask, receiver: Receiver) -> None:
+    services = app.extensions["flightdeck"]
+    hold = HoldFirstBatch()
+    services.tracing.provider.add_span_processor(hold)
+    (loaded,) = services.engine.loaded("mlp")
+    front = Front(app)
+    callers = [f"{i + 1:032x}" for i in range(4)]
+
+    async def scenario() -> list:
+        loop = asyncio.get_running_loop()
+        first = asyncio.create_task(post(front, {"traceparent": f"00-{callers[0]}-{CALLER_SPAN}-01"}))
+        assert await loop.run_in_executor(None, hold.entered.wait, 10)  # its batch ran; its executor is held
+        rest = [
+            asyncio.create_task(post(front, {"traceparent": f"00-{t}-{CALLER_SPAN}-01"}, seed=i))
+            for i, t in enumerate(callers[1:])
+        ]
+        for _ in range(1000):  # until the three wait in the queue together (each decode is ~0.1 ms)
+            if loaded.batcher.queue_depth == 3:
+                break
+            await asyncio.sleep(0.01)
+        assert loaded.batcher.queue_depth == 3
+        hold.release.set()
+        return await asyncio.gather(first, *rest)
+
+    try:
+        replies = run_async(scenario)
+    finally:
+        hold.release.set()
+    assert [r.status for r in replies] == [200] * 4
+    spans = exported(app, receiver)
+    servers = {s.trace_id: s for s in spans if s.name == "POST /v2/models/{model}/infer"}
+    runs = [s for s in spans if s.name == "batch run"]
+    assert len(runs) == 2
+    alone, shared = sorted(runs, key=lambda s: len(s.links))
+    assert alone.links == [(callers[0], servers[callers[0]].span_id)]
+    assert shared.links == [(t, servers[t].span_id) for t in callers[1:]]  # in batch (arrival) order
+    assert shared.attributes["flightdeck.batch.size"] == shared.attributes["flightdeck.batch.requests"] == 3
+    # Its parent is the first request of the batch; the others reach it through their link.
+    assert (shared.trace_id, shared.parent) == (callers[1], servers[callers[1]].span_id)
+    for t in callers[1:]:
+        assert servers[t].attributes["flightdeck.batch.size"] == 3
+        waits = [s for s in spans if s.name == "queue wait" and s.parent == servers[t].span_id]
+        assert len(waits) == 1
+
+
+def test_an_unsampled_request_records_nothing_but_its_ids_are_logged(
+    app_config: dict, monkeypatch: pytest.MonkeyPatch, receiver: Receiver
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0")
+    from controlplane.app import create_app
+
+    app = create_app(app_config)
+    try:
+        front = Front(app)
+        dropped = run_async(lambda: post(front, {"X-Request-ID": "unsampled"}))
+        # The caller sampled this one: parent-based sampling keeps it whatever the ratio.
+        kept = run_async(lambda: post(front, {"traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"}))
+        assert dropped.status == kept.status == 200
+        spans = exported(app, receiver)
+    finally:
+        app.extensions["flightdeck"].shutdown(5)
+    assert {s.trace_id for s in spans} == {CALLER_TRACE}
+    lines = (app.extensions["flightdeck"].settings.log_dir / "requests.log").read_text().splitlines()
+    line = next(json.loads(x) for x in lines if json.loads(x)["request_id"] == "unsampled")
+    assert len(line["trace_id"]) == 32 and line["trace_id"] != CALLER_TRACE
+
+
+def test_tracing_stays_off_without_an_endpoint_or_when_disabled() -> None:
+    assert not tracing.enabled({})
+    assert not tracing.enabled({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x", "OTEL_SDK_DISABLED": "true"})
+    assert not tracing.enabled({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x", "OTEL_TRACES_EXPORTER": "none"})
+    assert tracing.enabled({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://x"})
+    assert tracing.configure("n", {}) is None
+    with pytest.raises(tracing.TracingConfigError, match="OTEL_EXPORTER_OTLP_PROTOCOL"):
+        tracing.configure("n", {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})
+    with pytest.raises(tracing.TracingConfigError, match="OTEL_TRACES_EXPORTER"):
+        tracing.configure("n", {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x", "OTEL_TRACES_EXPORTER": "zipkin"})
