@@ -117,12 +117,15 @@ class Tracing:
     """One process's tracer: request spans, batch spans, spans around operations."""
 
     def __init__(self, provider: TracerProvider) -> None:
-        from opentelemetry import trace
+        from opentelemetry import context, trace
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         self.provider = provider
         self.tracer: Tracer = provider.get_tracer("flightdeck")
+        # NOTE: bound once here: the request path pays no import look-ups.
         self._trace = trace
+        self._context = context
+        self._server = trace.SpanKind.SERVER
         self._propagator = TraceContextTextMapPropagator()
 
     def parent(self, lookup: HeaderLookup) -> Context:
@@ -137,12 +140,10 @@ class Tracing:
         self, span_name: str, lookup: HeaderLookup, model: str, request_id: str, record: dict[str, Any]
     ) -> RequestTrace:
         """Start an inference request's SERVER span under the caller's context; put its ids in `record`."""
-        from opentelemetry.trace import SpanKind
-
         span = self.tracer.start_span(
             span_name,
-            context=self.parent(lookup),
-            kind=SpanKind.SERVER,
+            context=self._propagator.extract(lookup, getter=_LOOKUP_GETTER),
+            kind=self._server,
             attributes={"flightdeck.model": model, "flightdeck.request_id": request_id},
         )
         return RequestTrace(self, span, record)
@@ -193,19 +194,19 @@ class RequestTrace:
     """One inference request's span and its children; a request the sampler left out records nothing."""
 
     __slots__ = ("_tracing", "span", "context", "span_context", "recording", "enqueued_ns", "_token")
+    context: Context  # the request span's, for its children (set only when it records)
 
     def __init__(self, tracing: Tracing, span: Span, record: dict[str, Any]) -> None:
-        from opentelemetry import context
-
         self._tracing = tracing
         self.span = span
         self.span_context = span.get_span_context()
         self.recording = span.is_recording()
-        self.context = tracing._trace.set_span_in_context(span)
         self.enqueued_ns = 0
-        # NOTE: current while the request is handled, in this task or thread only: logs carry its ids.
-        self._token = context.attach(self.context)
         record["trace_id"], record["span_id"] = _hex_ids(self.span_context)
+        if self.recording:
+            self.context = tracing._trace.set_span_in_context(span)
+            # NOTE: current while the request is handled, in this task or thread only: logs carry its ids.
+            self._token = tracing._context.attach(self.context)
 
     def step(self, name: str) -> Step | nullcontext:
         """Return a context manager timing one step of the request as a child span (nothing when unsampled)."""
@@ -230,27 +231,23 @@ class RequestTrace:
 
     def end(self, status: int, record: dict[str, Any]) -> None:
         """End the request's span with its status and outcome; stop it being current."""
-        from opentelemetry import context
-
+        if not self.recording:
+            return  # NOTE: an unsampled span records nothing; ending it would only cost time
+        span = self.span
         try:
-            if self.recording:
-                span = self.span
-                attributes: dict[str, Any] = {
-                    "http.response.status_code": status,
-                    "flightdeck.outcome": outcome(status),
-                }
-                if record.get("version") is not None:
-                    attributes["flightdeck.model.version"] = record["version"]
-                if record.get("slot") is not None:
-                    attributes["flightdeck.slot"] = record["slot"]
-                span.set_attributes(attributes)
-                if status >= 500:  # as OpenTelemetry's HTTP server conventions: a 4xx is the caller's, not an error
-                    from opentelemetry.trace import Status, StatusCode
+            attributes: dict[str, Any] = {"http.response.status_code": status, "flightdeck.outcome": outcome(status)}
+            if record.get("version") is not None:
+                attributes["flightdeck.model.version"] = record["version"]
+            if record.get("slot") is not None:
+                attributes["flightdeck.slot"] = record["slot"]
+            span.set_attributes(attributes)
+            if status >= 500:  # as OpenTelemetry's HTTP server conventions: a 4xx is the caller's, not an error
+                from opentelemetry.trace import Status, StatusCode
 
-                    span.set_status(Status(StatusCode.ERROR, record.get("error")))
-            self.span.end()
+                span.set_status(Status(StatusCode.ERROR, record.get("error")))
+            span.end()
         finally:
-            context.detach(self._token)
+            self._tracing._context.detach(self._token)
 
 
 class Step:
