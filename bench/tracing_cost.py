@@ -86,7 +86,9 @@ def worker(mode: str, models: Path, calls: int) -> None:
 
             configured = tracing.configure("bench")
             traced = [] if configured is None else [configured]
-            assert (configured is None) == (mode == "off"), f"{mode}: tracing is {'off' if configured is None else 'on'}"
+            assert (configured is None) == (mode == "off"), (
+                f"{mode}: tracing is {'off' if configured is None else 'on'}"
+            )
             engine = Engine(
                 settings.runtime, settings.batching_settings, tracer_factory=configured and configured.batch_tracer
             )

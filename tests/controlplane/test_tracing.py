@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
 from controlplane import tracing
 from controlplane.asgi import Front
+from controlplane.logconfig import RequestIdFilter
 from tests.aio import run_async
 from tests.controlplane.test_asgi import _asgi
 from tests.controlplane.test_inference_api import MLP, mlp_body
@@ -264,3 +266,20 @@ def test_tracing_stays_off_without_an_endpoint_or_when_disabled() -> None:
         tracing.configure("n", {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})
     with pytest.raises(tracing.TracingConfigError, match="OTEL_TRACES_EXPORTER"):
         tracing.configure("n", {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x", "OTEL_TRACES_EXPORTER": "zipkin"})
+
+
+def test_a_rollout_action_is_a_span_and_json_logs_inside_it_carry_its_ids(
+    app: Flask, client, operator: dict[str, str], receiver: Receiver
+) -> None:
+    assert client.post("/api/models/textcls/undeploy", headers=operator).status_code == 200
+    (undeploy,) = [s for s in exported(app, receiver) if s.name == "rollout.undeploy"]
+    assert undeploy.attributes == {"flightdeck.model": "textcls"}
+
+    record = logging.LogRecord("controlplane.x", logging.INFO, __file__, 1, "inside", None, None)
+    with tracing.span("runbook.run", run_id=7) as current:
+        RequestIdFilter().filter(record)
+        ids = (format(current.get_span_context().trace_id, "032x"), format(current.get_span_context().span_id, "016x"))
+    assert (record.trace_id, record.span_id) == ids
+    outside = logging.LogRecord("controlplane.x", logging.INFO, __file__, 1, "outside", None, None)
+    RequestIdFilter().filter(outside)
+    assert not hasattr(outside, "trace_id")
