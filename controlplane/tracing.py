@@ -27,7 +27,7 @@ import inspect
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -106,6 +106,18 @@ def configure(node: str = "", environ: Mapping[str, str] | None = None) -> Traci
     _active = Tracing(provider)
     log.info("tracing on: OTLP %s to %s", protocol, _endpoint(environ))
     return _active
+
+
+def lookup_of(carrier: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> HeaderLookup:
+    """Return a lookup by lower-case name over headers or gRPC metadata (a mapping, or (key, value) pairs).
+
+    For a transport other than the ASGI front, e.g. gRPC: `Call(engine, settings, name, version,
+    request_id, tracing.lookup_of(context.invocation_metadata()), services.tracing,
+    span_name="/inference.GRPCInferenceService/ModelInfer")` continues the caller's `traceparent`
+    exactly as a REST request does. Binary metadata (`-bin` keys, bytes values) is left out.
+    """
+    items = carrier.items() if isinstance(carrier, Mapping) else carrier
+    return {str(k).lower(): v for k, v in items if isinstance(v, str)}.get
 
 
 def active() -> Tracing | None:

@@ -283,3 +283,15 @@ def test_a_rollout_action_is_a_span_and_json_logs_inside_it_carry_its_ids(
     outside = logging.LogRecord("controlplane.x", logging.INFO, __file__, 1, "outside", None, None)
     RequestIdFilter().filter(outside)
     assert not hasattr(outside, "trace_id")
+
+
+def test_another_transport_continues_a_trace_from_its_metadata(app: Flask, receiver: Receiver) -> None:
+    metadata = [("traceparent", f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"), ("x-bin", b"\x00"), ("TraceState", "k=v")]
+    record: dict = {}
+    services = app.extensions["flightdeck"]
+    span_name = "/inference.GRPCInferenceService/ModelInfer"
+    request = services.tracing.request(span_name, tracing.lookup_of(metadata), "mlp", "g1", record)
+    request.end(200, record)
+    (span,) = [s for s in exported(app, receiver) if s.name == span_name]
+    assert (span.trace_id, span.parent, span.trace_state) == (CALLER_TRACE, CALLER_SPAN, "k=v")
+    assert (record["trace_id"], record["span_id"]) == (CALLER_TRACE, span.span_id)
