@@ -193,7 +193,9 @@ class Call:
             wanted = select_outputs(decoded, list(routed.outputs))
             body, json_length = encode_response(self.name, routed.version, decoded.id, routed.outputs, wanted)
         else:
-            self.trace.routed(routed.version, routed.slot, routed.batch_size, routed.queue_s)
+            self.trace.routed(
+                self.name, routed.version, routed.slot, routed.batch_size, routed.queue_s, routed.compute_s
+            )
             with self.trace.step("encode"):
                 wanted = select_outputs(decoded, list(routed.outputs))
                 body, json_length = encode_response(self.name, routed.version, decoded.id, routed.outputs, wanted)

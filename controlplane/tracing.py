@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+from controlplane import exemplars
+
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.sdk.trace import TracerProvider
@@ -234,10 +236,12 @@ class RequestTrace:
         """Note that the request is about to enter the queue (the start of its queue wait)."""
         self.enqueued_ns = time.time_ns()
 
-    def routed(self, version: str, slot: str, batch_size: int, queue_s: float) -> None:
-        """Name where the request ran, and add its queue wait as a child span, from the batcher's measure."""
+    def routed(self, model: str, version: str, slot: str, batch_size: int, queue_s: float, compute_s: float) -> None:
+        """Name where the request ran; add its queue wait as a child span (the batcher's measure); offer an exemplar."""
         if not self.recording:
             return
+        trace_id, span_id = _hex_ids(self.span_context)
+        exemplars.offer(model, version, slot, queue_s + compute_s, trace_id, span_id)
         self.span.set_attributes(
             {"flightdeck.model.version": version, "flightdeck.slot": slot, "flightdeck.batch.size": batch_size}
         )

@@ -175,6 +175,15 @@ def test_a_request_continues_the_callers_trace(app: Flask, receiver: Receiver) -
     line = next(json.loads(x) for x in lines if json.loads(x)["request_id"] == "r1")
     assert (line["trace_id"], line["span_id"]) == (CALLER_TRACE, server.span_id)
 
+    # An OpenMetrics scrape shows it as the exemplar of its latency bucket; the text format has none.
+    client = app.test_client()
+    scraped = client.get("/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+    assert scraped.headers["Content-Type"].startswith("application/openmetrics-text")
+    buckets = [x for x in scraped.text.splitlines() if x.startswith("flightdeck_inference_request_seconds_bucket")]
+    (exemplified,) = [x for x in buckets if CALLER_TRACE in x]
+    assert 'model="mlp"' in exemplified and f'# {{span_id="{server.span_id}",trace_id="{CALLER_TRACE}"}}' in exemplified
+    assert "trace_id" not in client.get("/metrics").text
+
 
 class HoldFirstBatch(SpanProcessor):
     """Holds the executor thread that ends the first 'batch run' span until released (a public SDK hook)."""
