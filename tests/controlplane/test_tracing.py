@@ -15,6 +15,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from flask import Flask
@@ -30,6 +31,7 @@ from controlplane.logconfig import RequestIdFilter
 from tests.aio import run_async
 from tests.controlplane.test_asgi import _asgi
 from tests.controlplane.test_inference_api import MLP, mlp_body
+from tests.servers import start_server
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
@@ -304,3 +306,28 @@ def test_another_transport_continues_a_trace_from_its_metadata(app: Flask, recei
     (span,) = [s for s in exported(app, receiver) if s.name == span_name]
     assert (span.trace_id, span.parent, span.trace_state) == (CALLER_TRACE, CALLER_SPAN, "k=v")
     assert (record["trace_id"], record["span_id"]) == (CALLER_TRACE, span.span_id)
+
+
+@pytest.mark.slow
+def test_a_real_server_traces_in_its_worker_and_exports_what_is_left_when_it_stops(
+    home: Path, receiver: Receiver
+) -> None:
+    # The batch processor's default 5 s delay: what arrives, arrives because the worker flushed at its exit.
+    server = start_server(home, env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_SERVICE_NAME": "fd-test"})
+    try:
+        for caller in (CALLER_TRACE, CALLER_TRACE[::-1]):
+            status, _, headers = server.post(
+                f"{MLP}/infer", mlp_body(1), {"traceparent": f"00-{caller}-{CALLER_SPAN}-01"}
+            )
+            assert status == 200
+    finally:
+        assert server.stop() == 0
+    with receiver.changed:
+        spans = [s for s in receiver.spans if s.name == "POST /v2/models/{model}/infer"]
+    assert sorted((s.trace_id, s.parent) for s in spans) == sorted(
+        [(CALLER_TRACE, CALLER_SPAN), (CALLER_TRACE[::-1], CALLER_SPAN)]
+    )
+    for span in spans:
+        assert span.resource["service.name"] == "fd-test"
+        node, pid = span.resource["service.instance.id"].rsplit(":", 1)
+        assert int(pid) != server.process.pid  # built in the worker, after gunicorn's fork, not in the master
