@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from urllib.parse import urlsplit
 
 from controlplane import exemplars
 
@@ -128,7 +129,13 @@ def active() -> Tracing | None:
 
 
 def _endpoint(environ: Mapping[str, str]) -> str:
-    return environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+    """The endpoint as logged: scheme, host and port only (a URL may carry credentials or a key)."""
+    url = urlsplit(environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", ""))
+    try:
+        port = url.port
+    except ValueError:  # the exporter will say what is wrong with it; the log line only names the host
+        port = None
+    return f"{url.scheme}://{url.hostname or ''}{f':{port}' if port else ''}"
 
 
 class Tracing:
