@@ -15,21 +15,34 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, NamedTuple
 
-from prometheus_client.metrics_core import Metric
-from prometheus_client.samples import Exemplar
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+# NOTE: nothing of prometheus_client is imported here at import time: this module is reached from
+# logconfig (through tracing), which gunicorn.conf.py imports before it sets PROMETHEUS_MULTIPROC_DIR,
+# and prometheus_client chooses its multiprocess mode once, when it is first imported.
+
+
+class _Example(NamedTuple):
+    trace_id: str
+    span_id: str
+    value: float
+    timestamp: float
+
 
 FAMILY = "flightdeck_inference_request_seconds"
 KEPT_PER_SLOT = 32  # recent sampled requests per (model, version, slot): enough to reach most buckets
 MAX_SLOTS = 256  # versions come and go: the oldest slot's examples are dropped past this
 
 _lock = threading.Lock()
-_recent: dict[tuple[str, str, str], deque[Exemplar]] = {}
+_recent: dict[tuple[str, str, str], deque[_Example]] = {}
 
 
 def offer(model: str, version: str, slot: str, seconds: float, trace_id: str, span_id: str) -> None:
     """Keep a sampled request's latency and trace ids as a possible exemplar of its slot."""
-    example = Exemplar({"trace_id": trace_id, "span_id": span_id}, seconds, time.time())
+    example = _Example(trace_id, span_id, seconds, time.time())
     key = (model, version, slot)
     with _lock:
         recent = _recent.get(key)
@@ -50,7 +63,9 @@ def attach(families: Iterator[Metric]) -> Iterator[Metric]:
         yield family
 
 
-def _with_exemplars(samples: list, recent: dict[tuple[str, str, str], list[Exemplar]]) -> Iterator:
+def _with_exemplars(samples: list, recent: dict[tuple[str, str, str], list[_Example]]) -> Iterator:
+    from prometheus_client.samples import Exemplar
+
     lower: dict[tuple, float] = {}  # per series: the previous bucket's bound (buckets arrive in ascending order)
     for sample in samples:
         if not sample.name.endswith("_bucket"):
@@ -63,4 +78,8 @@ def _with_exemplars(samples: list, recent: dict[tuple[str, str, str], list[Exemp
         lower[series] = upper
         examples = recent.get((labels.get("model"), labels.get("version"), labels.get("slot")), ())
         chosen = next((e for e in reversed(examples) if low < e.value <= upper), None)
-        yield sample if chosen is None else sample._replace(exemplar=chosen)
+        if chosen is None:
+            yield sample
+        else:
+            labels = {"trace_id": chosen.trace_id, "span_id": chosen.span_id}
+            yield sample._replace(exemplar=Exemplar(labels, chosen.value, chosen.timestamp))

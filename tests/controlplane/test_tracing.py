@@ -11,6 +11,9 @@ import asyncio
 import gzip
 import json
 import logging
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,6 +36,7 @@ from tests.controlplane.test_asgi import _asgi
 from tests.controlplane.test_inference_api import MLP, mlp_body
 from tests.servers import start_server
 
+ROOT = Path(__file__).resolve().parents[2]
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
 
@@ -331,3 +335,16 @@ def test_a_real_server_traces_in_its_worker_and_exports_what_is_left_when_it_sto
         assert span.resource["service.name"] == "fd-test"
         node, pid = span.resource["service.instance.id"].rsplit(":", 1)
         assert int(pid) != server.process.pid  # built in the worker, after gunicorn's fork, not in the master
+
+
+def test_gunicorn_config_loads_prometheus_client_only_after_choosing_multiprocess_mode(tmp_path: Path) -> None:
+    # NOTE: gunicorn.conf.py imports logconfig (and so tracing and exemplars) before it sets
+    # PROMETHEUS_MULTIPROC_DIR; prometheus_client picks its value class once, when first imported.
+    code = (
+        "import runpy, sys; runpy.run_path('gunicorn.conf.py'); import prometheus_client.values as v; "
+        "sys.exit(0 if v.ValueClass is not v.MutexValue else 'prometheus_client loaded before multiprocess mode')"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    env["FLIGHTDECK_HOME"] = str(tmp_path / "home")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
