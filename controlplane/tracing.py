@@ -66,7 +66,11 @@ def enabled(environ: Mapping[str, str]) -> bool:
 
 
 def configure(node: str = "", environ: Mapping[str, str] | None = None) -> Tracing | None:
-    """Build this process's tracing from the OTEL_* variables; None (and nothing imported) when off."""
+    """Build this process's tracing from the OTEL_* variables; None (and nothing imported) when off.
+
+    `environ` decides whether tracing is on and with which exporter (tests pass their own); the SDK
+    then reads everything else (endpoint, sampler, resource, headers) from the process's environment.
+    """
     global _active
     environ = os.environ if environ is None else environ
     if not enabled(environ):
