@@ -17,7 +17,16 @@ COPY migrations/ migrations/
 # wheel gets the file's content. EXTRAS `cpu,postgres`: ONNX Runtime for the CPU and the PostgreSQL driver;
 # `--build-arg EXTRAS=gpu,postgres` for onnxruntime-gpu (deploy/kubernetes/overlays/gpu).
 ARG EXTRAS=cpu,postgres
-RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[${EXTRAS}]"
+# The documentation site, served under /docs: built here into controlplane/docs_site/ (package data), so the
+# wheel carries it. Its reference pages are generated from the code, hence the install with the docs extra.
+COPY mkdocs.yml SECURITY.md ARCHITECTURE.md ./
+COPY docs/ docs/
+COPY docsbuild/ docsbuild/
+# DL3013 asks for pinned versions; "." is this source tree, its dependencies bounded in pyproject.toml.
+# hadolint ignore=DL3013
+RUN pip install --no-cache-dir ".[cpu,docs]" \
+    && NO_MKDOCS_2_WARNING=1 python -m mkdocs build --strict --quiet \
+    && pip wheel --no-cache-dir --wheel-dir /wheels ".[${EXTRAS}]"
 
 FROM python:${PYTHON_VERSION}-slim AS runtime
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -9,7 +9,7 @@ OTHER_ORT := $(if $(filter gpu,$(ORT)),onnxruntime,onnxruntime-gpu)
 # --no-deps: only the .onnx files are read; their own dependencies (torch, OpenCV, ...) are not wanted.
 PUBLIC_MODEL_WHEELS := rapidocr-onnxruntime==1.4.4 silero-vad==6.2.3 magika==1.0.3
 
-.PHONY: run test test-fast install bench lint
+.PHONY: run test test-fast install bench lint docs
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,16 @@ $(VENV)/.installed-$(ORT): $(PY) pyproject.toml Makefile
 
 install: $(VENV)/.installed-$(ORT)
 
-run: install
+# The documentation site, generated reference included (mkdocs.yml, docsbuild/), into controlplane/docs_site/:
+# Flightdeck serves it under /docs. `make run` builds it once; `make docs` again after changing docs/ or code.
+DOCS_SITE := controlplane/docs_site
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+
+$(DOCS_SITE)/index.html: $(VENV)/.installed-$(ORT)
+	$(MAKE) docs
+
+run: install $(DOCS_SITE)/index.html
 	$(PY) -m controlplane serve
 
 # Worker processes: three keep two cores busy while real servers start and browsers wait (tests/conftest.py

@@ -38,6 +38,15 @@ accesslog = None  # one structured line per request comes from the app itself
 errorlog = "-"
 loglevel = _settings.log_level.lower()
 proc_name = "flightdeck"
+# gunicorn's control socket (gunicornc) defaults to one path per OS user (~/.gunicorn/gunicorn.ctl), shared by every
+# gunicorn of that user on the host: stopping one removed another's. One per data directory instead; none when
+# that path is too long for a unix socket (about 107 bytes).
+_control_socket = _settings.home.resolve() / "gunicorn.ctl"
+if len(os.fsencode(_control_socket)) < 100:
+    control_socket = str(_control_socket)
+    control_socket_mode = 0o600
+else:
+    control_socket_disable = True
 
 
 class FlightdeckLogger(Logger):
@@ -64,16 +73,26 @@ def on_starting(server):
     """
     shutil.rmtree(_prometheus_dir, ignore_errors=True)
     _prometheus_dir.mkdir(parents=True)
-    subprocess.run([sys.executable, "-m", "controlplane", "prepare"], check=True)
+    prepared = subprocess.run([sys.executable, "-m", "controlplane", "prepare"], check=False)
+    if prepared.returncode != 0:
+        server.log.error("could not prepare the data directory (exit status %d): see above", prepared.returncode)
+        sys.exit(prepared.returncode)  # NOTE: SystemExit: gunicorn stops without a traceback of its own
 
 
 def when_ready(server):
+    # NOTE: only where the file is: on several nodes sharing a database, one wrote it (the one whose insert won).
+    password_file = _settings.home / "initial-admin-password"
+    where = (
+        f"the first admin's password is in {password_file}"
+        if password_file.exists()
+        else "sign in with an existing user (no first-admin password was written on this node)"
+    )
     server.log.info(
-        "Flightdeck is running at http://%s:%s/ (Ctrl-C to stop); the console asks for a login, "
-        "the first admin's password is in %s",
+        "Flightdeck is running at http://%s:%s/ (node %s; Ctrl-C to stop); the console asks for a login, %s",
         _settings.host,
         _settings.port,
-        _settings.home / "initial-admin-password",
+        _settings.node_name,
+        where,
     )
 
 

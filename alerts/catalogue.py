@@ -27,7 +27,7 @@ DEVICE_METRICS = {
     "gpu_utilization": ("GPU utilisation", "ratio"),
     "gpu_memory_used": ("GPU memory used", "bytes"),
     "gpu_memory_total": ("GPU memory total", "bytes"),
-    "fragmentation": ("heap reserved but unused / reserved (see README)", "ratio"),
+    "fragmentation": ("heap reserved but unused / reserved (docs: History and dashboards)", "ratio"),
     "heap_reserved": ("heap bytes held from the OS", "bytes"),
     "rss": ("resident set size of the serving process", "bytes"),
 }

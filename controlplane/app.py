@@ -9,9 +9,11 @@ from typing import Any
 from flask import Flask, Response, g
 
 from controlplane import (
+    cluster_api,
     console,
     context,
     dashboards_view,
+    docs_view,
     errorhandlers,
     inference_api,
     openapi,
@@ -47,9 +49,26 @@ def create_app(config: Mapping[str, Any] | None = None, services: Services | Non
     app.extensions[context.KEY] = services or build_services(settings)
     context.init_app(app)  # NOTE: first, so the request's scope is open for every other hook
     errorhandlers.register_handlers(app)
+    register_views(app)
+
+    node = settings.node_name
+
+    @app.after_request
+    def _echo_request_id(response: Response) -> Response:
+        response.headers["X-Request-ID"] = g.get("request_id", "")
+        response.headers["X-Flightdeck-Node"] = node  # which node answered, behind a load balancer
+        return response
+
+    logging.getLogger(__name__).debug("Flightdeck app created (home %s)", settings.home.resolve())
+    return app
+
+
+def register_views(app: Flask) -> None:
+    """Register every blueprint: the routes the API document, the docs site's HTTP reference, and the app share."""
     app.register_blueprint(inference_api.bp)
     app.register_blueprint(repository_api.bp)
     app.register_blueprint(ops_api.bp)
+    app.register_blueprint(cluster_api.bp)
     app.register_blueprint(history_api.bp)
     app.register_blueprint(slo_api.bp)
     app.register_blueprint(dashboards_view.bp)
@@ -59,12 +78,5 @@ def create_app(config: Mapping[str, Any] | None = None, services: Services | Non
     app.register_blueprint(rollout_api.bp)
     app.register_blueprint(alerts_api.bp)
     app.register_blueprint(runbooks_api.bp)
+    app.register_blueprint(docs_view.bp)
     app.register_blueprint(console.bp)
-
-    @app.after_request
-    def _echo_request_id(response: Response) -> Response:
-        response.headers["X-Request-ID"] = g.get("request_id", "")
-        return response
-
-    logging.getLogger(__name__).debug("Flightdeck app created (home %s)", settings.home.resolve())
-    return app

@@ -67,6 +67,7 @@ class Front:
         threads = self.services.settings.http_threads
         self.flask = WSGIMiddleware(_input_terminated(flask_app.wsgi_app), workers=threads)
         self._decoder = ThreadPoolExecutor(DECODE_THREADS, thread_name_prefix="decode")
+        self._node = self.services.settings.node_name.encode("latin-1", "replace")  # X-Flightdeck-Node
 
     def begin_drain(self) -> None:
         """Stop admitting inference requests at once (readiness turns false); accepted ones finish."""
@@ -103,7 +104,11 @@ class Front:
             ready = self.services.engine.ready()
             status, body = (200, b'{"ready": true}') if ready else (503, b'{"ready": false}')
         await send(
-            {"type": "http.response.start", "status": status, "headers": _headers(Answer(status, body), request_id)}
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": _headers(Answer(status, body), request_id, self._node),
+            }
         )
         await send({"type": "http.response.body", "body": body})
 
@@ -159,7 +164,13 @@ class Front:
         except Exception:  # as the app's handler for unexpected errors: logged once, a bare 500
             log.exception("unhandled error on POST %s", f"/v2/models/{name}/infer")
             answer = Answer(500, _INTERNAL_ERROR)
-        await send({"type": "http.response.start", "status": answer.status, "headers": _headers(answer, request_id)})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": answer.status,
+                "headers": _headers(answer, request_id, self._node),
+            }
+        )
         await send({"type": "http.response.body", "body": answer.body})
 
 
@@ -219,13 +230,14 @@ async def read_body(receive: Receive, length: str | None, limit: int, max_values
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def _headers(answer: Answer, request_id: str) -> list[tuple[bytes, bytes]]:
+def _headers(answer: Answer, request_id: str, node: bytes) -> list[tuple[bytes, bytes]]:
     headers = [
         (b"Content-Type", answer.content_type.encode("latin-1")),
         (b"Content-Length", str(len(answer.body)).encode("latin-1")),
     ]
     headers.extend((k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers)
     headers.append((b"X-Request-ID", request_id.encode("latin-1")))
+    headers.append((b"X-Flightdeck-Node", node))  # which node answered, behind a load balancer
     return headers
 
 

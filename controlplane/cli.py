@@ -148,7 +148,7 @@ def models(obj: CliContext, as_json: bool) -> None:
 
 
 @cli.command()
-@click.option("--markdown", is_flag=True, help="Print the README's table of settings instead.")
+@click.option("--markdown", is_flag=True, help="Print the settings as a Markdown table (the docs' settings page).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object keyed by setting name (as in the TOML).")
 @pass_cli
 def config(obj: CliContext, markdown: bool, as_json: bool) -> None:
@@ -170,7 +170,7 @@ def config(obj: CliContext, markdown: bool, as_json: bool) -> None:
 @json_option
 @pass_cli
 def status(obj: CliContext, url: str | None, token: str | None, as_json: bool) -> None:
-    """Show what a running server serves: readiness, models, slots, providers, weights (exit 1 if not ready)."""
+    """Show what a running server serves (readiness, models, slots, weights) and who leads (exit 1 if not ready)."""
     base = url or f"http://{obj.settings.host}:{obj.settings.port}"
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
@@ -183,15 +183,44 @@ def status(obj: CliContext, url: str | None, token: str | None, as_json: bool) -
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise CliError(f"cannot reach {base}: {reason}; is `flightdeck serve` running?", EXIT_UNAVAILABLE) from None
+    cluster = _read_cluster(base, headers)
     if as_json:
-        emit_json(data)
+        emit_json({**data, "cluster": cluster})
     else:
         click.echo(f"{base}  ready={data['ready']} draining={data['draining']}")
+        if cluster is not None:
+            click.echo(f"  {_cluster_line(cluster, data['node'])}")
         for model in data["models"]:
             click.echo(f"  {model['name']}  ready={model['ready']}  weights={model['weights']}")
             for slot, info in model["slots"].items():
                 click.echo(f"    {slot}: version {info['version']} on {info['provider']}, queue {info['queue_depth']}")
     sys.exit(0 if data["ready"] else 1)
+
+
+def _read_cluster(base: str, headers: dict[str, str]) -> dict | None:
+    """GET /api/cluster, or None when this server cannot say (an older release, a refused read)."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(f"{base}/api/cluster", headers=headers), timeout=5) as r:
+            return json.load(r)
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def _cluster_line(cluster: dict, node: str) -> str:
+    """One line: which node answered, who leads and since when, how many processes are alive or gone."""
+    leader = cluster.get("leader")
+    if leader and leader["current"]:
+        lead = f"leader {leader['node']} ({leader['process']}) since {leader['since'][:19].replace('T', ' ')} UTC"
+    elif leader:
+        lead = (
+            f"no leader: the lease of {leader['process']} ran out at {leader['expires_at'][:19].replace('T', ' ')} UTC"
+        )
+    else:
+        lead = "no leader yet"
+    processes = [p for n in cluster["nodes"] for p in n["processes"]]
+    gone = [p["process"] for p in processes if not p["alive"]]
+    alive = f"{len(processes) - len(gone)} process(es) alive on {sum(n['alive'] for n in cluster['nodes'])} node(s)"
+    return f"node {node}; {lead}; {alive}" + (f"; gone: {', '.join(gone)}" if gone else "")
 
 
 @cli.command()

@@ -3,7 +3,7 @@
 `FlightdeckGroup` is the click group class of `flightdeck` and of each of its groups: it puts one
 `CliContext` on the click context (`ctx.obj`), closes it when the command ends, and turns the
 errors a command may meet into one line on stderr and a documented exit status (see `EXIT_*` and
-the README's CLI section) instead of a traceback.
+the docs' command-line page) instead of a traceback.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from controlplane.registry.service import Registry
 
-# Exit statuses, the same for every command (the README's CLI section lists them).
+# Exit statuses, the same for every command (the docs' command-line page lists them).
 EXIT_OK = 0
 EXIT_REFUSED = 1  # the action was refused or failed: a conflict, a missing model, a rejected archive
 EXIT_USAGE = 2  # a bad flag or argument (click's own), or a bad FLIGHTDECK_* setting

@@ -1,7 +1,7 @@
 """Typed, layered settings: defaults -> optional TOML file -> FLIGHTDECK_* environment -> overrides.
 
 Every setting is declared once below with its type, range, default and meaning (pydantic-settings);
-a bad value stops the start with a message naming the variable, and the README's table is printed
+a bad value stops the start with a message naming the variable, and the docs site's table is printed
 from these declarations (`python -m controlplane config --markdown`).
 """
 
@@ -26,6 +26,7 @@ from serving.settings import BatchingSettings, RuntimeSettings, parallelism
 
 if TYPE_CHECKING:
     from alerts.notifiers.targets import TargetPolicy
+    from controlplane.cluster import Liveness
     from controlplane.history.retention import RetentionPolicy
     from controlplane.rollout.service import RolloutSettings
 
@@ -54,7 +55,7 @@ class ConfigError(ValueError):
 
 
 def _setting(default: Any, doc: str, **limits: Any) -> Any:
-    """Declare a setting: its default, its README line and its range (ge, gt, le, min_length)."""
+    """Declare a setting: its default, its line in the docs' settings page and its range (ge, gt, le, min_length)."""
     return Field(default, description=doc, **limits)
 
 
@@ -142,7 +143,7 @@ class Settings(BaseSettings):
     workers: int = _setting(
         0,
         "gunicorn worker processes (0: one per CPU core, at most 4). Each holds its own engine and its own copy "
-        "of every model; one process's Python work (HTTP, JSON) cannot use a second core (see README, benchmarks).",
+        "of every model; one process's Python work (HTTP, JSON) cannot use a second core (docs: Benchmarks).",
         ge=0,
         le=256,
     )
@@ -214,6 +215,12 @@ class Settings(BaseSettings):
         "Bytes per second a request body must average after its first BODY_TIMEOUT_S (Apache's mod_reqtimeout "
         "MinRate): a body may take BODY_TIMEOUT_S plus one second per this many bytes. 0: only BODY_TIMEOUT_S.",
         ge=0,
+    )
+    send_timeout_s: float = _setting(
+        30.0,
+        "Longest wait for a client to read more of an answer the server is blocked sending (nginx's send_timeout, "
+        "between two reads); then the connection is aborted, freeing its buffer and any Flask thread sending it.",
+        gt=0,
     )
     keepalive_timeout_s: float = _setting(
         5.0, "An idle keep-alive connection (no request in progress, no new bytes) is closed after this.", gt=0
@@ -309,6 +316,11 @@ class Settings(BaseSettings):
         ge=0,
     )
     alert_rules_dir: str = _setting("", "Folder of alert rule YAML files (empty: the shipped alerts/rules).")
+    docs_dir: str = _setting(
+        "",
+        "Folder of a built documentation site served under /docs (empty: the one bundled in the package, built by "
+        "`make docs` or when the wheel is built; without one /docs says how to build it).",
+    )
     reconcile_poll_ms: float = _setting(
         25.0,
         "How often a process looks for desired state others wrote when nothing woke it, on SQLite: for 0.2 s after "
@@ -322,6 +334,23 @@ class Settings(BaseSettings):
         "notification lost with a dropped connection.",
         ge=1,
         le=5,
+    )
+    heartbeat_s: float = _setting(
+        10.0,
+        "How often each serving process reports that it is alive (engine_status). One silent for three heartbeats "
+        "is shown as gone wherever processes are listed (the API, the console, `status`).",
+        gt=0,
+    )
+    process_drop_s: float = _setting(
+        600.0,
+        "How long a gone process stays listed (as gone) before the scheduler leader drops its reports.",
+        gt=0,
+    )
+    cache_prune_s: float = _setting(
+        60.0,
+        "With an object store: how often each node drops its cached copies (and their lock files) of versions "
+        "deleted from the registry, and of versions no deployment names that nobody used for 10 minutes.",
+        gt=0,
     )
     node: str = _setting(
         "",
@@ -447,7 +476,15 @@ class Settings(BaseSettings):
             scale_down_delay_s=self.scale_down_delay_s,
             rollback_window_s=self.rollback_window_s,
             history_interval_s=self.history_interval_s,
+            process_gone_after_s=self.liveness.gone_after_s,
         )
+
+    @property
+    def liveness(self) -> Liveness:
+        """Return how long a serving process may stay silent before it is shown as gone, then dropped."""
+        from controlplane.cluster import Liveness  # noqa: F811 (kept out of gunicorn.conf's imports)
+
+        return Liveness(heartbeat_s=self.heartbeat_s, drop_after_s=self.process_drop_s)
 
     @property
     def console_url(self) -> str:
@@ -566,5 +603,5 @@ def load_settings(environ: Mapping[str, str] | None = None, overrides: Mapping[s
 
 
 def settings_table() -> str:
-    """Return the settings as a Markdown table for the README."""
+    """Return the settings as a Markdown table (the docs site's settings page, generated at build time)."""
     return markdown_table(Settings, PREFIX)

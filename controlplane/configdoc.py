@@ -63,12 +63,12 @@ def explain(
 
 
 def choices(model: type[BaseModel], name: str) -> str:
-    """Return a Literal setting's allowed values, as the README and the errors show them."""
+    """Return a Literal setting's allowed values, as the docs and the errors show them."""
     return ", ".join(model.model_fields[name].annotation.__args__)
 
 
 def accepted(model: type[BaseModel], name: str) -> str:
-    """Return what a setting accepts, for the README: its type and range."""
+    """Return what a setting accepts, for the docs: its type and range."""
     field = model.model_fields[name]
     if getattr(field.annotation, "__origin__", None) is Literal:
         return f"one of {choices(model, name)}"

@@ -14,6 +14,12 @@ buffer (up to the body limit) and, for a Flask route, the thread reading it. Her
   (the app has not taken the 64 KiB uvicorn buffers) is not counted against the client. On expiry the
   app's `receive()` answers `http.disconnect` (so a Flask thread reading the body is freed), anything
   the app sends is dropped, and the client gets 408 unless an answer had begun;
+- send deadline: while the server waits for the client to read its answer (the transport's buffer is over its
+  high-water mark, so the app's `send()` waits), the buffer must shrink within `send_timeout_s` (nginx's
+  `send_timeout`, counted between two reads of the client); else the connection is aborted, dropping what
+  is buffered and freeing the app (and the Flask thread streaming a file) from its `send()`;
+- `Expect: 100-continue`: the body deadline starts when the `100 Continue` goes out (the app's first
+  `receive()`), not at the head: a client that waits for it is not late while the request waits for a thread;
 - keep-alive: an idle connection closes after `keepalive_timeout_s` (uvicorn's own timer);
 - room: past the connection limit (gunicorn's `worker_connections`), the connections that have no
   request in progress (idle keep-alive, silent, or still sending a head) are closed, longest quiet
@@ -40,13 +46,14 @@ MAX_HEAD_BYTES = 64 * 1024
 LINGER_S = 2.0
 TIMED_OUT = "flightdeck.timed_out"  # scope["extensions"] key: which deadline ended the request ("body")
 # Why a connection was closed, as on_close is told (the metric's `reason` label).
-HEADER_TIMEOUT, BODY_TIMEOUT, KEEPALIVE_TIMEOUT, EVICTED = (
+HEADER_TIMEOUT, BODY_TIMEOUT, SEND_TIMEOUT, KEEPALIVE_TIMEOUT, EVICTED = (
     "header_timeout",
     "body_timeout",
+    "send_timeout",
     "keepalive_timeout",
     "evicted",
 )
-REASONS = (HEADER_TIMEOUT, BODY_TIMEOUT, KEEPALIVE_TIMEOUT, EVICTED)
+REASONS = (HEADER_TIMEOUT, BODY_TIMEOUT, SEND_TIMEOUT, KEEPALIVE_TIMEOUT, EVICTED)
 EVICT_AT_ONCE = 32  # idle connections closed per eviction at most beyond what is needed (nginx drains 32)
 EVICT_QUIET_S = 1.0  # ... if they have been quiet this long
 _TOO_LARGE = b"request line and headers are over the limit of %d bytes" % MAX_HEAD_BYTES
@@ -63,8 +70,9 @@ class ConnectionLimits:
     header_timeout_s: float = 10.0
     body_timeout_s: float = 10.0
     body_min_rate: int = 65536  # bytes a second; 0 for the inactivity bound alone
+    send_timeout_s: float = 30.0
     keepalive_timeout_s: float = 5.0
-    on_close: Callable[[str], None] = _ignore  # told HEADER_TIMEOUT, BODY_TIMEOUT, KEEPALIVE_TIMEOUT or EVICTED
+    on_close: Callable[[str], None] = _ignore  # told one of REASONS
 
 
 class _ReadFlow(FlowControl):
@@ -83,6 +91,8 @@ class _ReadFlow(FlowControl):
         if self.read_paused:
             super().resume_reading()
             self._protocol._reading_resumed()
+        elif self._protocol._awaiting_continue:
+            self._protocol._continue_sent()  # NOTE: uvicorn's receive() calls this right after writing the 100
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -114,6 +124,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._paused_at = 0.0
         self._quiet_since = 0.0  # last progress of any kind: eviction closes the longest quiet first
         self._timer: asyncio.TimerHandle | None = None
+        self._awaiting_continue = False  # the head asked for 100 Continue and the app has not asked for the body
+        self._send_timer: asyncio.TimerHandle | None = None
+        self._send_buffered = 0  # the transport's buffer when the send deadline was last set
 
     # -- connection events
 
@@ -126,10 +139,23 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        for timer in (self._timer, self._send_timer):
+            if timer is not None:
+                timer.cancel()
+        self._timer = self._send_timer = None
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._send_timer is None:
+            self._send_buffered = self.transport.get_write_buffer_size()
+            self._send_timer = self.loop.call_later(self.limits.send_timeout_s, self._send_expired)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
@@ -165,6 +191,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._body_since = self._last_read = self.loop.time()
         self._body_bytes = 0
         super().on_headers_complete()
+        self._awaiting_continue = self.cycle is not None and self.cycle.waiting_for_100_continue
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)
@@ -174,10 +201,21 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = True
         self._head_bytes = 0
         super().on_message_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.response_complete and not self.pipeline and not self.transport.is_closing():
+            # NOTE: a body that came after its answer: uvicorn's keep-alive timer, unset by these bytes, is
+            # set again only when an answer completes, so without this the connection would be kept for ever.
+            self._unset_keepalive_if_required()
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self._quiet_since = self.loop.time()
+        if self._awaiting_continue:  # answered without asking for the body: the client may still send it, or not
+            self._awaiting_continue = False
+            self._body_since = self._last_read = self._quiet_since
         if self.transport.is_closing() or not self.cycle.response_complete:
             return
         if self._refused:
@@ -201,7 +239,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             if self._head_since is None or (cycle is not None and not cycle.response_complete):
                 return None  # idle keep-alive (uvicorn's timer), or the request is being answered
             return self._head_since + self.limits.header_timeout_s, HEADER_TIMEOUT
-        if self.flow.read_paused:
+        if self._awaiting_continue or self.flow.read_paused:
             return None  # NOTE: we stopped reading (the app has not taken what is buffered): not the client's delay
         limits = self.limits
         due = self._last_read + limits.body_timeout_s
@@ -255,6 +293,28 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.loop.time() - self._body_since,
         )
         self._refuse(b"408 Request Timeout", message)
+
+    def _continue_sent(self) -> None:
+        """The app asked for the body and uvicorn wrote `100 Continue`: the body's clock starts now."""
+        cycle = self.cycle
+        if cycle is not None and not cycle.waiting_for_100_continue:
+            self._awaiting_continue = False
+            self._body_since = self._last_read = self.loop.time()
+            self._arm()
+
+    def _send_expired(self) -> None:
+        """The client has not read for `send_timeout_s`: abort, unless the buffer shrank meanwhile (then wait on)."""
+        self._send_timer = None
+        if self.transport.is_closing() and not self.flow.write_paused:
+            return
+        buffered = self.transport.get_write_buffer_size()
+        if buffered < self._send_buffered:
+            self._send_buffered = buffered
+            self._send_timer = self.loop.call_later(self.limits.send_timeout_s, self._send_expired)
+            return
+        self.limits.on_close(SEND_TIMEOUT)
+        # NOTE: abort, not close: close() would wait, holding the buffer, for a client that does not read.
+        self.transport.abort()
 
     def _reading_paused(self) -> None:
         self._paused_at = self.loop.time()

@@ -97,6 +97,11 @@ TRAFFIC_WEIGHT = Gauge(
     ("model", "slot"),
     multiprocess_mode="livemax",
 )
+LEADER = Gauge(
+    "flightdeck_leader",
+    "1 on the node one of whose processes holds the scheduler lease (runs the cluster jobs), else 0.",
+    multiprocess_mode="livemax",
+)
 ENGINE_READY = Gauge(
     "flightdeck_engine_ready",
     "1 when every serving process is ready (the minimum over processes).",
@@ -137,7 +142,7 @@ CONNECTIONS_CLOSED = Counter(
     "flightdeck_connections_closed_total",
     "Client connections the server closed, by reason: header_timeout (the request head did not arrive whole in "
     "HEADER_TIMEOUT_S, or nothing came), body_timeout (the body stopped arriving: BODY_TIMEOUT_S, BODY_MIN_RATE), "
-    "keepalive_timeout (idle between requests), evicted (idle, closed to make room past worker_connections).",
+    "send_timeout (the client did not read its answer for SEND_TIMEOUT_S), keepalive_timeout (idle between requests), evicted (idle, closed to make room past worker_connections).",
     ("reason",),
 )
 LOOP_LAG = Histogram(

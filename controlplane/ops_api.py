@@ -32,6 +32,8 @@ class ModelView(Reply):
 
 
 class EngineView(Reply):
+    node: str = Field(description="the node this process runs on (FLIGHTDECK_NODE)")
+    process: str = Field(description="this process's name in status rows (NODE:PID)")
     ready: bool
     draining: bool
     models: list[ModelView]
@@ -52,8 +54,9 @@ def prometheus_metrics() -> Response:
 @bp.get("/api/engine")
 @operation(response=EngineView)
 def engine_status() -> dict[str, Any]:
-    """Describe what this process serves: models, slots, versions, providers, weights, queues."""
-    engine = current_services().engine
+    """Describe what this process serves (and which node and process it is): models, slots, versions, weights, queues."""
+    services = current_services()
+    engine = services.engine
     models = []
     for name in engine.models():
         slots = {
@@ -69,4 +72,10 @@ def engine_status() -> dict[str, Any]:
         models.append(
             {"name": name, "ready": engine.model_ready(name), "weights": engine.weights(name), "slots": slots}
         )
-    return {"ready": engine.ready(), "draining": engine.draining, "models": models}
+    return {
+        "node": services.settings.node_name,
+        "process": services.reconciler.process,
+        "ready": engine.ready(),
+        "draining": engine.draining,
+        "models": models,
+    }

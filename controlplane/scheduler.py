@@ -20,7 +20,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.background import BackgroundScheduler
-from sqlalchemy import insert, update
+from sqlalchemy import case, insert, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -38,10 +38,14 @@ Clock = Callable[[], datetime]
 def try_acquire(session: Session, name: str, holder: str, ttl_s: float, now: datetime) -> bool:
     """Take or renew a lease atomically; return whether `holder` now holds it. Commits."""
     expires = now + timedelta(seconds=ttl_s)
+    # NOTE: acquired_at changes only when the lease changes hands (a takeover), not on a renewal: it says since
+    # when the current holder leads. SET's right-hand sides read the row as it was before the update.
     result = session.execute(
         update(Lease)
         .where(Lease.name == name, (Lease.holder == holder) | (Lease.expires_at < now))
-        .values(holder=holder, expires_at=expires)
+        .values(
+            holder=holder, expires_at=expires, acquired_at=case((Lease.holder == holder, Lease.acquired_at), else_=now)
+        )
     )
     if result.rowcount == 1:
         session.commit()
@@ -71,9 +75,15 @@ class LeaderScheduler:
     LEASE = "scheduler"
 
     def __init__(
-        self, sessions: sessionmaker[Session], ttl_s: float, clock: Clock = utcnow, process: str | None = None
+        self,
+        sessions: sessionmaker[Session],
+        ttl_s: float,
+        clock: Clock = utcnow,
+        process: str | None = None,
+        on_renewed: Callable[[bool], None] | None = None,
     ) -> None:
         self._sessions = sessions
+        self._on_renewed = on_renewed  # told after every renewal whether this process leads (a gauge)
         self._ttl_s = ttl_s
         self._clock = clock
         process = process or f"{socket.gethostname()}:{os.getpid()}"
@@ -108,6 +118,8 @@ class LeaderScheduler:
         if leader != self._leader:
             log.info("scheduler %s %s the lease", self.holder, "took" if leader else "lost")
         self._leader = leader
+        if self._on_renewed is not None:
+            self._on_renewed(leader)
         if expires_at is not None:
             self._try_again_at(expires_at)
         return leader
@@ -156,3 +168,5 @@ class LeaderScheduler:
                 release(session, self.LEASE, self.holder)
             self._leader = False
             log.info("scheduler %s released the lease", self.holder)
+        if self._on_renewed is not None:
+            self._on_renewed(False)

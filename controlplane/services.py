@@ -26,6 +26,7 @@ from controlplane.alerting.evaluator import AlertEvaluator, EvaluatorSettings
 from controlplane.alerting.outbox import deliver_due
 from controlplane.alerting.secretbox import Keyring
 from controlplane.clock import utcnow
+from controlplane.cluster import drop_gone_processes
 from controlplane.config import Settings
 from controlplane.db import make_engine, session_factory
 from controlplane.history.retention import apply_retention
@@ -106,6 +107,14 @@ def _retention(sessions: sessionmaker[Session], settings: Settings) -> None:
         apply_retention(session, utcnow(), settings.retention)
 
 
+def _drop_gone_processes(sessions: sessionmaker[Session], settings: Settings) -> None:
+    with sessions() as session:
+        gone = drop_gone_processes(session, utcnow(), settings.liveness)
+        session.commit()
+    if gone:
+        log.info("dropped the reports of %d process(es) silent for %g s: %s", len(gone), settings.process_drop_s, gone)
+
+
 def load_alert_rules(settings: Settings) -> tuple[list[Rule], list[SLO]]:
     """Load and validate the alert rules and SLOs, with the SLOs' rules; a broken file stops the start."""
     # The default rules ship inside the `alerts` package (package data), found wherever it is installed.
@@ -154,6 +163,7 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         safety_poll_s=settings.reconcile_safety_poll_s,
         # A rollout step is judged on history rows that begin once its traffic split took effect.
         on_traffic_moved=sampler.sample,
+        heartbeat_s=settings.heartbeat_s,
     )
     reconciler.start()  # the first pass is synchronous: the models are loaded before the app serves
     runbooks = build_runner(settings, sessions)
@@ -188,8 +198,11 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         tracing=traces,
     )
     if settings.scheduler if start_scheduler is None else start_scheduler:
-        scheduler = LeaderScheduler(sessions, settings.lease_ttl_s, process=process)
+        scheduler = LeaderScheduler(
+            sessions, settings.lease_ttl_s, process=process, on_renewed=lambda leads: metrics.LEADER.set(int(leads))
+        )
         scheduler.add_local_job(sampler.sample, settings.history_interval_s, "history-sample")
+        scheduler.add_local_job(reconciler.beat, settings.heartbeat_s, "heartbeat")  # alive even mid-load
         scheduler.add_cluster_job(
             lambda: _retention(sessions, settings), settings.retention_interval_s, "history-retention"
         )
@@ -204,6 +217,11 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
             "alert-outbox",
         )
         scheduler.add_cluster_job(runbooks.sweep, 2.0, "runbook-sweeper")
+        scheduler.add_cluster_job(
+            lambda: _drop_gone_processes(sessions, settings), settings.heartbeat_s, "process-sweeper"
+        )
+        # Every node, not only the leader: each has its own cache (a no-op on the local disk).
+        scheduler.add_local_job(registry.prune_copies, settings.cache_prune_s, "cache-prune")
         scheduler.start()
         services.scheduler = scheduler
     services.refresh_gauges()

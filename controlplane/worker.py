@@ -3,7 +3,7 @@
 Why not gthread: on this machine a hello-world WSGI app under gunicorn's gthread worker cost
 ~160-190 µs of CPU per request (gunicorn parses HTTP in Python and hands each request to a
 thread); under this worker, ~46 µs. Inference requests need no thread at all here (they wait
-on the loop for the batcher), so the worker's CPU goes to the model (README, "Benchmarks").
+on the loop for the batcher), so the worker's CPU goes to the model (docs/benchmarks.md).
 
 What differs from uvicorn's own `UvicornWorker`:
 - SIGTERM, SIGINT and SIGQUIT (the master's Ctrl-C) stop the engine admitting at once, then uvicorn stops accepting,
@@ -110,6 +110,7 @@ class FlightdeckWorker(UvicornWorker):
             header_timeout_s=settings.header_timeout_s,
             body_timeout_s=settings.body_timeout_s,
             body_min_rate=settings.body_min_rate,
+            send_timeout_s=settings.send_timeout_s,
             keepalive_timeout_s=settings.keepalive_timeout_s,
             on_close=metrics.connection_closed,
         )

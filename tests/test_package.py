@@ -47,6 +47,13 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     where = tmp_path_factory.mktemp("package")
     source, wheels, env_dir = where / "source", where / "wheels", where / "venv"
     shutil.copytree(ROOT, source, ignore=SKIP, symlinks=True)
+    # The documentation site, built into the copy as `make docs` and the Dockerfile's build stage build it
+    # before the wheel: package data, so the wheel carries it and /docs serves it.
+    built = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-f", str(source / "mkdocs.yml")],
+        capture_output=True, text=True, timeout=300, env=os.environ | {"NO_MKDOCS_2_WARNING": "1"},
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr[-4000:]
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
     subprocess.run([*pip, "wheel", "--no-deps", "-w", str(wheels), str(source)], check=True, timeout=300)
     (wheel,) = wheels.glob("flightdeck-*.whl")
@@ -79,7 +86,8 @@ def test_the_installed_wheel_carries_every_runtime_file(installed: Path, tmp_pat
         " 'rules': sorted(p.name for p in (files('alerts') / 'rules').iterdir()),\n"
         " 'runbooks': sorted(p.name for p in files('runbooks').iterdir() if p.name.endswith('.py')),\n"
         " 'gunicorn': (files('controlplane') / 'gunicorn.conf.py').is_file(),\n"
-        " 'templates': (files('controlplane') / 'templates' / 'console' / 'base.html').is_file()}))"
+        " 'templates': (files('controlplane') / 'templates' / 'console' / 'base.html').is_file(),\n"
+        " 'docs': (files('controlplane') / 'docs_site' / 'alerts' / 'high_error_rate' / 'index.html').is_file()}))"
     )
     shown = subprocess.run(
         [str(installed / "bin" / "python"), "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
@@ -88,7 +96,7 @@ def test_the_installed_wheel_carries_every_runtime_file(installed: Path, tmp_pat
     assert shown.returncode == 0, shown.stderr
     found = json.loads(shown.stdout)
     assert found["controlplane"].startswith(str(installed)) and found["wsgi"].startswith(str(installed))
-    assert found["migrations"] >= 12 and found["gunicorn"] and found["templates"]
+    assert found["migrations"] >= 12 and found["gunicorn"] and found["templates"] and found["docs"]
     assert "serving.yaml" in found["rules"] and "rollback.py" in found["runbooks"]
 
 
@@ -116,6 +124,8 @@ def test_flightdeck_serve_from_the_installed_wheel_gets_ready(installed: Path, t
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 time.sleep(0.2)
         assert ready == 200, log.read_text()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/docs/oncall/", timeout=10) as answer:
+            assert answer.status == 200 and b"high_error_rate" in answer.read()  # the bundled site, offline
         assert (home / "flightdeck.db").is_file() and not (tmp_path / ".flightdeck").exists()
     finally:
         process.send_signal(signal.SIGTERM)

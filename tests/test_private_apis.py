@@ -48,6 +48,9 @@ def test_the_httptools_protocol_still_has_what_the_bounded_protocol_overrides_an
         ("on_headers_complete", ["self"]),
         ("on_message_complete", ["self"]),
         ("on_response_complete", ["self"]),
+        ("pause_writing", ["self"]),
+        ("resume_writing", ["self"]),
+        ("timeout_keep_alive_handler", ["self"]),
     ):
         method = getattr(HttpToolsProtocol, name, None)
         pin(method is not None, "uvicorn", f"HttpToolsProtocol.{name} is gone")
@@ -67,6 +70,14 @@ def test_the_httptools_protocol_still_has_what_the_bounded_protocol_overrides_an
         "uvicorn",
         "RequestResponseCycle.response_complete is gone",
     )
+    # Expect: 100-continue: the body's clock starts when receive() writes the 100 and asks the flow to read.
+    receive = source(RequestResponseCycle.receive)
+    pin(
+        "self.waiting_for_100_continue" in source(RequestResponseCycle.__init__)
+        and receive.index("100 Continue") < receive.index("self.flow.resume_reading()"),
+        "uvicorn",
+        "RequestResponseCycle.receive no longer writes 100 Continue and then calls flow.resume_reading()",
+    )
     # The attributes the bounded protocol reads, on a real instance.
     loop = asyncio.new_event_loop()
     try:
@@ -74,7 +85,7 @@ def test_the_httptools_protocol_still_has_what_the_bounded_protocol_overrides_an
         protocol = HttpToolsProtocol(config, ServerState(), {}, _loop=loop)
     finally:
         loop.close()
-    for attribute in ("transport", "cycle", "loop"):
+    for attribute in ("transport", "cycle", "loop", "timeout_keep_alive", "timeout_keep_alive_task", "pipeline"):
         pin(hasattr(protocol, attribute), "uvicorn", f"HttpToolsProtocol instances have no {attribute!r}")
     pin(protocol.cycle is None, "uvicorn", "HttpToolsProtocol.cycle no longer starts as None")
 

@@ -10,6 +10,12 @@ end not yet reached); `commonLabels`/`commonAnnotations` are what all kept alert
 webhook can take ours. Our alert's severity, summary, value, runbook link and command travel as
 the labels `alertname`/`severity` and the annotations `summary`, `value`, `runbook_url`,
 `runbook_command` (never overriding ones the alert already has); `generatorURL` is the console.
+
+Beyond Alertmanager: an `Idempotency-Key` header (the IETF httpapi draft's name) carries the
+message's key, the same on every attempt of one message (a retry, or a new leader's re-send after
+the old one died mid-send) and new for every message, so a receiver can tell a re-send from a real
+repeat; `groupKey` in the body names the alert group, as Alertmanager's does. The body stays
+byte for byte Alertmanager's.
 """
 
 from __future__ import annotations
@@ -89,6 +95,8 @@ class AlertmanagerWebhookNotifier(Notifier):
         headers = {"Content-Type": "application/json", "User-Agent": "Flightdeck"}
         if self._authorization:
             headers["Authorization"] = self._authorization
+        if notification.key:
+            headers["Idempotency-Key"] = notification.key
         return Outgoing("POST", self.url, headers, (go_json(message) + "\n").encode())
 
     @staticmethod

@@ -42,6 +42,7 @@ class Alert:
     runbook_url: str = ""
     runbook_command: str = ""
     console_url: str = ""
+    docs_url: str = ""  # the rule's page in the bundled docs site: what it means, what to check
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "severity", Severity(self.severity))

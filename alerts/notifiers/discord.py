@@ -81,13 +81,7 @@ class DiscordNotifier(Notifier):
         ]
         if alert.status == "resolved" and alert.ends_at:
             fields.append({"name": "Resolved", "value": render.when(alert.ends_at), "inline": True})
-        lines = [
-            " · ".join(
-                f"[{label}]({url})"
-                for url, label in ((alert.console_url, "Console"), (alert.runbook_url, "Runbook"))
-                if url
-            )
-        ]
+        lines = [" · ".join(f"[{label}]({url})" for url, label in render.links(alert))]
         if alert.runbook_command:
             command = render.clip(alert.runbook_command, render.COMMAND_CHARS).replace("```", "'''")
             lines.append(f"**Run:**\n```\n{command}\n```")

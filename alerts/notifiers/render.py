@@ -97,8 +97,9 @@ def fit(render: Callable[[int], T], total: int, fits: Callable[[T], bool], most:
 
 
 def links(alert: Alert) -> list[tuple[str, str]]:
-    """Return the alert's (url, label) links that are set: its console page, then its runbook."""
-    return [(url, label) for url, label in ((alert.console_url, "Console"), (alert.runbook_url, "Runbook")) if url]
+    """Return the alert's (url, label) links that are set: its console page, its runbook, its page in the docs."""
+    shown = ((alert.console_url, "Console"), (alert.runbook_url, "Runbook"), (alert.docs_url, "What it means"))
+    return [(url, label) for url, label in shown if url]
 
 
 def markdown_link(url: str, label: str) -> str:

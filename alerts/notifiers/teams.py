@@ -38,7 +38,11 @@ class TeamsNotifier(Notifier):
         heading_colour = "Good" if notification.status == "resolved" else COLOURS[render.top_severity(notification)]
         actions = [
             {"type": "Action.OpenUrl", "title": title, "url": url}
-            for url, title in ((first.console_url, "Open console"), (first.runbook_url, "Open runbook"))
+            for url, title in (
+                (first.console_url, "Open console"),
+                (first.runbook_url, "Open runbook"),
+                (first.docs_url, "What it means"),
+            )
             if url
         ]
 
@@ -90,11 +94,7 @@ class TeamsNotifier(Notifier):
             },
             {"type": "FactSet", "facts": facts},
         ]
-        links = [
-            f"[{label}]({url})"
-            for url, label in ((alert.console_url, "Console"), (alert.runbook_url, "Runbook"))
-            if url
-        ]
+        links = [f"[{label}]({url})" for url, label in render.links(alert)]
         if links:
             items.append({"type": "TextBlock", "text": " · ".join(links), "wrap": True})
         if alert.runbook_command:

@@ -85,6 +85,7 @@ def alert_payload(alert: Tracked, rule: Rule | None, settings: EvaluatorSettings
         else None,
         "ends_at": alert.resolved_at.isoformat() if status == "resolved" and alert.resolved_at else None,
         "runbook_url": f"{settings.console_url}/runbooks/{runbook}" if runbook else "",
+        "docs_url": f"{settings.console_url}/docs/alerts/{alert.rule}/",  # the rule's page: what to check
         "runbook_command": command.strip(),
         "console_url": f"{settings.console_url}/alerts/{alert.fingerprint}",
     }

@@ -60,6 +60,7 @@ def notification(payload: dict[str, Any], now: datetime) -> Notification:
             value_text=a.get("value_text", ""),
             ends_at=_time(a.get("ends_at"), now) if a.get("ends_at") else None,
             runbook_url=a.get("runbook_url", ""),
+            docs_url=a.get("docs_url", ""),
             runbook_command=a.get("runbook_command", ""),
             console_url=a.get("console_url", ""),
         )  # fmt: skip

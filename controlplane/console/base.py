@@ -46,6 +46,7 @@ NAV = (
     ("console.runbooks", "Runbooks"),
     ("console.audit", "Audit log"),
     ("console.settings", "Settings"),
+    ("docs.docs_page", "Docs"),  # the bundled documentation site (docs_view), offline
 )
 
 

@@ -9,6 +9,8 @@ from flask import Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from controlplane.clock import utcnow
+from controlplane.cluster import describe_cluster
 from controlplane.console.base import bp, login_required, page
 from controlplane.console.model_status import (
     FIGURES_WINDOW,
@@ -47,7 +49,7 @@ def overview() -> Response:
     figures = live_figures()
     models = []
     for name in _model_names(db):
-        deployment = describe_deployment(db, name)
+        deployment = describe_deployment(db, name, current_services().settings.liveness)
         level, words = health(deployment, model_ready(name, deployment), firing.get(name, []))
         models.append({"name": name, "level": level, "health": words, "versions": live_versions(deployment, figures),
                        "alerts": firing.get(name, [])})  # fmt: skip
@@ -59,6 +61,8 @@ def overview() -> Response:
         window_m=int(FIGURES_WINDOW.total_seconds() // 60),
         refresh_s=OVERVIEW_REFRESH_S,
         draining=engine.draining,
+        cluster=describe_cluster(db, utcnow(), current_services().settings.liveness),
+        this_node=current_services().settings.node_name,
     )
 
 
@@ -84,7 +88,7 @@ def model(name: str) -> Response:
     """A model: versions, slots and processes, the rollout in progress, the actions, and its charts."""
     db = get_db()
     versions = model_versions(name)
-    deployment = describe_deployment(db, name)
+    deployment = describe_deployment(db, name, current_services().settings.liveness)
     if deployment is None and not versions:
         raise NotFound(f"no model named {name!r}")
     active = last_rollout = None

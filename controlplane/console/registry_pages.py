@@ -50,7 +50,7 @@ def serving_state(deployment: dict[str, Any] | None, ready: bool) -> str:
 
 def describe_model(db: Session, name: str, figures: dict, firing: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Return one model as the Models page shows it: state, versions, what is live, what may be done."""
-    deployment = describe_deployment(db, name)
+    deployment = describe_deployment(db, name, current_services().settings.liveness)
     versions = model_versions(name)
     ready = model_ready(name, deployment)
     level, words = health(deployment, ready, firing.get(name, []))

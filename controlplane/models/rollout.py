@@ -121,7 +121,10 @@ class EngineDesired(Base):
 
 
 class EngineStatus(Base):
-    """What one serving process last applied of the engine-wide desired state, and its last compaction report."""
+    """One serving process's heartbeat: what it last applied of the engine-wide desired state, its last
+    compaction report, when it started and which Flightdeck it runs. `updated_at` is refreshed every
+    heartbeat (FLIGHTDECK_HEARTBEAT_S); a process silent for three is shown as gone (`controlplane.cluster`).
+    """
 
     __tablename__ = "engine_status"
 
@@ -131,3 +134,5 @@ class EngineStatus(Base):
     error: Mapped[str] = mapped_column(Text, default="")
     report: Mapped[dict | None] = mapped_column(JSON)
     updated_at: Mapped[datetime] = mapped_column(index=True)
+    started_at: Mapped[datetime | None]
+    software_version: Mapped[str] = mapped_column(String(32), default="", server_default="")

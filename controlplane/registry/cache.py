@@ -8,7 +8,10 @@ missing file or a changed one empties the entry and the archive is fetched again
 copy is never handed to the engine. Entries are keyed by content, so a version deleted and pushed
 again with other bytes never meets the old copy.
 
-One fill at a time per entry across this node's processes: an flock on `<sha256>.lock`.
+One fill at a time per entry across this node's processes: an flock on `<sha256>.lock`. An entry
+that goes (its version deleted, or no longer named by any deployment and unused for a while:
+`prune`) takes its lock file with it: removed while held, and whoever then gets the flock of the
+removed file sees that it is no longer the one at the path and locks the new one instead.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,6 +40,7 @@ log = logging.getLogger(__name__)
 # Writes a version's archive to the path it is given (a download); raises StorageUnavailable.
 Fetch = Callable[[Path], None]
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+UNUSED_S = 600.0  # a copy of a version no deployment names is kept this long after its last use (`prune`)
 
 
 def file_sha256(path: Path) -> str:
@@ -74,6 +79,7 @@ class VersionCache:
         with self._locked(digest):
             problem = self.check(digest)
             if problem is None:
+                os.utime(self._index_path(digest))  # its last use: `prune` keeps a copy in use
                 return self.entry(digest)
             if problem == "not cached":
                 log.info("cache: fetching %s (sha256 %s)", what, digest)
@@ -90,20 +96,42 @@ class VersionCache:
             self._install(digest, folder)
 
     def evict(self, digest: str) -> None:
-        """Remove the entry for `digest` (its version was deleted)."""
+        """Remove the entry for `digest` and its lock file (its version was deleted, or is no longer wanted)."""
         with self._locked(digest):
             self._empty(digest)
+            # NOTE: under the flock: a process waiting on this file finds it unlinked and locks the new one.
+            self._lock_path(digest).unlink(missing_ok=True)
 
-    def prune(self, keep: set[str]) -> list[str]:
-        """Remove the entries of versions not in `keep` (deleted through any node); return their digests."""
+    def prune(
+        self, keep: set[str], wanted: set[str] | None = None, unused_s: float = UNUSED_S, now: float | None = None
+    ) -> list[str]:
+        """Remove entries (and lock files) of versions not in `keep`, and of those not in `wanted` unused for `unused_s`.
+
+        `keep`: every version still in the registry; `wanted`: those some deployment names (None: all
+        of `keep`). A kept but unwanted copy goes only once nobody used it for `unused_s` seconds (a
+        push, a fill or a load touches it), so a version deployed again a moment ago is never pulled
+        from under its load. Return the digests removed.
+        """
         if not self._root.is_dir():
             return []
-        found = {p.name.removesuffix(".json") for p in self._root.iterdir() if not p.name.startswith(".")}
-        gone = sorted(d for d in found if _SHA256_RE.match(d) and d not in keep)
-        for digest in gone:
-            # NOTE: the lock files stay: removing one another process waits on would split the lock in two.
+        now = time.time() if now is None else now
+        found = {p.name.split(".", 1)[0] for p in self._root.iterdir() if not p.name.startswith(".")}
+        gone = []
+        for digest in sorted(d for d in found if _SHA256_RE.match(d)):
+            if digest in keep and (wanted is None or digest in wanted or not self._unused(digest, now - unused_s)):
+                continue
             self.evict(digest)
+            gone.append(digest)
         return gone
+
+    def _unused(self, digest: str, before: float) -> bool:
+        """Return whether the entry was last used (or, with no index, its lock last touched) before `before`."""
+        for path in (self._index_path(digest), self._lock_path(digest)):
+            try:
+                return path.stat().st_mtime < before
+            except FileNotFoundError:
+                continue
+        return True
 
     def check(self, digest: str) -> str | None:
         """Return what is wrong with the entry for `digest` ('not cached' when there is none), or None if it is whole."""
@@ -162,12 +190,32 @@ class VersionCache:
     def _index_path(self, digest: str) -> Path:
         return self._root / f"{digest}.json"
 
+    def _lock_path(self, digest: str) -> Path:
+        return self.entry(digest).with_suffix(".lock")
+
     @contextmanager
     def _locked(self, digest: str) -> Iterator[None]:
         self._root.mkdir(parents=True, exist_ok=True)
-        with open(self.entry(digest).with_suffix(".lock"), "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # NOTE: per open file, so threads of one process exclude each other too
+        path = self._lock_path(digest)
+        while True:
+            lock = open(path, "a")  # noqa: SIM115 - held across the yield, closed below
             try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+                fcntl.flock(
+                    lock, fcntl.LOCK_EX
+                )  # NOTE: per open file, so threads of one process exclude each other too
+                try:
+                    same = os.stat(path).st_ino == os.fstat(lock.fileno()).st_ino
+                except FileNotFoundError:
+                    same = False
+                if same:
+                    break
+                # NOTE: `evict` unlinked the file while we waited on it: lock whatever is at the path now.
+                lock.close()
+            except BaseException:
+                lock.close()
+                raise
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            lock.close()

@@ -161,9 +161,9 @@ class S3Storage(Storage):
                 ) from None
             raise StorageUnavailable(f"could not fetch {row.name} version {row.version} from {where}: {exc}") from None
 
-    def prune(self, keep: set[str]) -> list[str]:
-        """Drop this node's cached copies of versions no longer in the registry."""
-        return self._cache.prune(keep)
+    def prune(self, keep: set[str], wanted: set[str] | None = None) -> list[str]:
+        """Drop this node's cached copies of versions no longer in the registry, or unused and deployed nowhere."""
+        return self._cache.prune(keep, wanted)
 
     def describe(self) -> str:
         """Say where versions are kept, for logs."""

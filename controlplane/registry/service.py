@@ -28,7 +28,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.errors import ApiError, Conflict, NotFound
-from controlplane.models import ModelVersion
+from controlplane.models import Deployment, ModelVersion
 from controlplane.registry.archive import ARCHIVE_FILE, ArchiveLimits, extract_archive, pack_archive
 from controlplane.registry.checks import (
     MANIFEST_FILE,
@@ -337,13 +337,30 @@ class Registry:
         return row
 
     def prune_copies(self) -> list[str]:
-        """Drop this node's cached copies of deleted versions (a delete on another node leaves them); return their SHA-256s."""
+        """Drop this node's cached copies of deleted versions, and of unused ones no deployment names; return their SHA-256s.
+
+        A delete on another node leaves this node's copy; every node runs this at start and every
+        FLIGHTDECK_CACHE_PRUNE_S (`cache-prune`), so a copy follows the registry within that time.
+        """
         with self._sessions() as session:
             kept = set(session.scalars(select(ModelVersion.sha256)))
-        gone = self._storage.prune(kept)
+            named = {
+                (d.model, v)
+                for d in session.scalars(select(Deployment))
+                for v in (d.blue_version, d.green_version)
+                if v
+            }
+            wanted = {
+                row.sha256
+                for row in session.scalars(select(ModelVersion).where(ModelVersion.name.in_({m for m, _ in named})))
+                if (row.name, row.version) in named
+            }
+        gone = self._storage.prune(kept, wanted)
         if gone:
             log.info(
-                "registry: dropped %d cached copies of deleted versions from %s", len(gone), self._storage.describe()
+                "registry: dropped %d cached copies of deleted or undeployed versions from %s",
+                len(gone),
+                self._storage.describe(),
             )
         return gone
 

@@ -102,8 +102,8 @@ class Storage(ABC):
     def folder(self, row: ModelVersion) -> Path:
         """Return a local folder holding the version's model.onnx and manifest.json, ready to load."""
 
-    def prune(self, keep: set[str]) -> list[str]:
-        """Drop this node's copies of versions whose archive SHA-256 is not in `keep`; return them (default: none)."""
+    def prune(self, keep: set[str], wanted: set[str] | None = None) -> list[str]:
+        """Drop this node's copies of versions not in `keep`, and unused ones not in `wanted`; return them (default: none)."""
         return []
 
     @abstractmethod

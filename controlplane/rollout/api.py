@@ -128,7 +128,7 @@ def rollback(name: str) -> dict[str, Any]:
 @operation(response=DeploymentView, path=MODEL, errors={404: "Not deployed"})
 def deployment(name: str) -> dict[str, Any]:
     """Desired state of a model's slots, what each process reports, and its latest rollouts."""
-    found = describe_deployment(get_db(), name)
+    found = describe_deployment(get_db(), name, current_services().settings.liveness)
     if found is None:
         raise NotFound(f"model '{name}' has no deployment")
     return found
@@ -193,7 +193,7 @@ def compact() -> tuple[dict[str, int], int]:
 @bp.get("/engine/desired")
 @operation(response=EngineDesiredView)
 def engine_desired() -> dict[str, Any]:
-    """Engine-wide desired state and what every process heard from in the last minute has applied."""
+    """Engine-wide desired state and what every live process (a heartbeat in the last three) has applied."""
     session = get_db()
     desired = session.get(EngineDesired, 1)
     if desired is None:  # a database without the row: nothing was ever asked for
@@ -202,7 +202,12 @@ def engine_desired() -> dict[str, Any]:
         "generation": desired.generation,
         "compact_generation": desired.compact_generation,
         "batching": enginewide.effective_batching(desired, _own_batching()),
-        "processes": [_engine_status_json(row) for row in enginewide.engine_processes(session)],
+        "processes": [
+            _engine_status_json(row)
+            for row in enginewide.engine_processes(
+                session, heard_from_s=current_services().settings.liveness.gone_after_s
+            )
+        ],
     }
 
 

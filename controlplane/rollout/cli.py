@@ -182,7 +182,7 @@ def status(obj: CliContext, model: str, as_json: bool) -> None:
 
     with obj.session() as session:
         if as_json:
-            described = describe_deployment(session, model)
+            described = describe_deployment(session, model, obj.settings.liveness)
             if described is None:
                 raise CliError(f"model '{model}' has no deployment")
             emit_json(described)

@@ -15,6 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from controlplane.clock import utcnow
+from controlplane.cluster import heartbeats
 from controlplane.history.query import SlotAggregate
 from controlplane.models import Deployment, Rollout, RolloutMeasurement, SlotSample, SlotStatus
 from controlplane.rollout import lifecycle
@@ -34,15 +35,17 @@ def tick(
     events: list[str] = []
     for rollout in session.scalars(select(Rollout).where(Rollout.state.in_([s.value for s in ACTIVE]))):
         if rollout.state == RolloutState.LOADING:
-            events += _check_loaded(session, rollout, audit, now)
+            events += _check_loaded(session, rollout, audit, now, settings)
         elif rollout.state == RolloutState.PROGRESSING:
             events += _analyse_step(session, rollout, audit, settings, now)
     events += _scale_down(session, audit, settings, now)
     return events
 
 
-def _check_loaded(session: Session, rollout: Rollout, audit: Audit, now: datetime) -> list[str]:
-    """Take a loading candidate back out if a process could not load it, else give it its first step."""
+def _check_loaded(
+    session: Session, rollout: Rollout, audit: Audit, now: datetime, settings: RolloutSettings
+) -> list[str]:
+    """Take a loading candidate back out if a live process could not load it, else give it its first step."""
     statuses = list(
         session.scalars(
             select(SlotStatus).where(
@@ -52,6 +55,11 @@ def _check_loaded(session: Session, rollout: Rollout, audit: Audit, now: datetim
             )
         )
     )
+    # NOTE: a process known to be gone (its heartbeat too old) says nothing any more; one with no heartbeat row
+    # at all (a release before heartbeats) is still heard, as it was.
+    beats = heartbeats(session)
+    gone_after = timedelta(seconds=settings.process_gone_after_s)
+    statuses = [s for s in statuses if s.process not in beats or now - beats[s.process] <= gone_after]
     failed = [s for s in statuses if s.state == "failed"]
     if failed:
         why = failed[0].error

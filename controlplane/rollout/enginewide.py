@@ -72,9 +72,11 @@ def request_compaction(session: Session, actor: str, audit: Audit, now: datetime
     return result
 
 
-def engine_processes(session: Session, now: datetime | None = None) -> list[EngineStatus]:
-    """The engine_status rows of processes heard from in the last HEARD_FROM_S seconds."""
-    since = (now or utcnow()) - timedelta(seconds=HEARD_FROM_S)
+def engine_processes(
+    session: Session, now: datetime | None = None, heard_from_s: float = HEARD_FROM_S
+) -> list[EngineStatus]:
+    """The engine_status rows of processes heard from in the last `heard_from_s` seconds (the live ones)."""
+    since = (now or utcnow()) - timedelta(seconds=heard_from_s)
     return list(
         session.scalars(select(EngineStatus).where(EngineStatus.updated_at >= since).order_by(EngineStatus.process))
     )

@@ -5,11 +5,14 @@ Pure readers over a session; the writes are in `rollout.service` and `rollout.de
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal, get_args
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from controlplane.clock import utcnow
+from controlplane.cluster import Liveness, heartbeats, is_alive, node_of
 from controlplane.models import Deployment, Rollout, RolloutMeasurement, SlotStatus
 from controlplane.rollout.states import Slot
 
@@ -18,9 +21,7 @@ RolloutAction = Literal["promote", "promote_all", "pause", "resume", "abort"]
 ACTIONS: tuple[str, ...] = get_args(RolloutAction)
 
 
-def node_of(process: str) -> str:
-    """Return the node a process name (NODE:PID, FLIGHTDECK_NODE) belongs to."""
-    return process.rsplit(":", 1)[0]
+__all__ = ["ACTIONS", "RolloutAction", "describe_deployment", "describe_rollout", "node_of", "rollout_json"]
 
 
 def rollout_json(rollout: Rollout, measurements: list[RolloutMeasurement] | None = None) -> dict[str, Any]:
@@ -60,25 +61,39 @@ def rollout_json(rollout: Rollout, measurements: list[RolloutMeasurement] | None
     return data
 
 
-def describe_deployment(session: Session, name: str) -> dict[str, Any] | None:
-    """Return a model's desired slots, what each process reports and its latest rollouts; None if undeployed."""
+def describe_deployment(
+    session: Session, name: str, liveness: Liveness | None = None, now: datetime | None = None
+) -> dict[str, Any] | None:
+    """Return a model's desired slots, what each process reports and its latest rollouts; None if undeployed.
+
+    A process that stopped sending heartbeats (see `controlplane.cluster`) is listed with state `gone`
+    (what it last reported stays in `reported_state`), never as still serving.
+    """
     desired = session.get(Deployment, name)
     if desired is None:
         return None
+    liveness, now = liveness or Liveness(), now or utcnow()
+    beats = heartbeats(session)
     statuses = session.scalars(select(SlotStatus).where(SlotStatus.model == name).order_by(SlotStatus.process))
     rollouts = session.scalars(select(Rollout).where(Rollout.model == name).order_by(Rollout.id.desc()).limit(10))
+    processes = []
+    for s in sorted(statuses, key=lambda s: (node_of(s.process), s.process)):  # grouped by node
+        last = beats.get(s.process)
+        alive = is_alive(last, now, liveness)
+        processes.append(
+            {"process": s.process, "node": node_of(s.process), "slot": s.slot, "version": s.version,
+             "state": s.state if alive else "gone", "reported_state": s.state, "alive": alive,
+             "last_heartbeat": last.isoformat() if last else None, "error": s.error, "generation": s.generation,
+             "updated_at": s.updated_at.isoformat()}
+        )  # fmt: skip
     return {
         "model": name,
         "slots": {slot: {"version": desired.version_in(slot), "weight": desired.weights()[slot]} for slot in Slot},
         "stable_slot": desired.stable_slot,
         "generation": desired.generation,
-        "processes": [
-            {"process": s.process, "node": node_of(s.process), "slot": s.slot, "version": s.version, "state": s.state, "error": s.error,
-             "generation": s.generation, "updated_at": s.updated_at.isoformat()}
-            for s in sorted(statuses, key=lambda s: (node_of(s.process), s.process))  # grouped by node
-        ],
+        "processes": processes,
         "rollouts": [rollout_json(r) for r in rollouts],
-    }  # fmt: skip
+    }
 
 
 def describe_rollout(session: Session, rollout_id: int) -> dict[str, Any] | None:

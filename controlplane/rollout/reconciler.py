@@ -10,8 +10,9 @@ desired-state write sends in its transaction, and wakes at once; a pass (one sma
 also runs every `safety_poll_s` in case a notification was lost, or every second where LISTEN is
 unavailable. Engine-wide desired state (batching limits, memory compaction) is applied in the same
 pass, batching first so versions loaded in that pass get the new limits; each process reports what
-it applied in `engine_status` (and refreshes that row every `HEARTBEAT_S`, so readers can tell a
-live process from one that went away).
+it applied in `engine_status` (and refreshes that row every heartbeat, FLIGHTDECK_HEARTBEAT_S, so
+readers can tell a live process from one that went away: `controlplane.cluster`). A process that
+stops removes its rows, so it is not listed as serving after it left.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from controlplane import __version__
 from controlplane.clock import utcnow
 from controlplane.desiredchanges import ChangeSignal, DirectoryWatch, PostgresListener, postgres_url, sqlite_path
 from controlplane.models import Deployment, EngineDesired, EngineStatus, SlotStatus
@@ -35,7 +37,7 @@ from serving.engine import SLOTS, Engine, read_manifest
 log = logging.getLogger(__name__)
 
 Locate = Callable[[str, str], Path]
-HEARTBEAT_S = 10.0  # engine_status.updated_at is refreshed at least this often
+HEARTBEAT_S = 10.0  # engine_status.updated_at is refreshed at least this often (FLIGHTDECK_HEARTBEAT_S)
 # With a directory watch: how long to keep polling the change counter after a wake-up (a commit's last
 # write can land a moment after its inotify event), and how often to look when nothing woke us.
 SETTLE_S = 0.2
@@ -57,6 +59,7 @@ class Reconciler:
         on_changed: Callable[[], None] | None = None,
         safety_poll_s: float = 5.0,
         on_traffic_moved: Callable[[], None] | None = None,
+        heartbeat_s: float = HEARTBEAT_S,
     ) -> None:
         self._engine = engine
         self._sessions = sessions
@@ -64,6 +67,8 @@ class Reconciler:
         self._process = process
         self._poll_s = poll_s
         self._safety_poll_s = safety_poll_s  # PostgreSQL with LISTEN: a pass at least this often anyway
+        self.heartbeat_s = heartbeat_s  # how often engine_status is refreshed while nothing changes
+        self._started_at = utcnow()
         self._models = models  # None: every deployment; else only these on this node (FLIGHTDECK_LOAD_MODELS)
         self._on_changed = on_changed  # after a pass that loaded, replaced or unloaded something
         # After a pass that changed a model's traffic weights: the history sampler, so the rows a rollout
@@ -136,20 +141,38 @@ class Reconciler:
             self._watch.stop()
         if self._listener is not None:
             self._listener.stop()
-        try:  # a process that leaves stops counting as one that must apply engine-wide changes
+        # A process that leaves stops counting as one that must apply engine-wide changes, and is no longer
+        # listed as serving anything.
+        try:
             with self._lock, self._sessions() as session:
+                session.execute(delete(SlotStatus).where(SlotStatus.process == self._process))
                 session.execute(delete(EngineStatus).where(EngineStatus.process == self._process))
                 session.commit()
         except Exception:
-            log.warning("could not remove this process's engine_status row", exc_info=True)
+            log.warning("could not remove this process's slot_status and engine_status rows", exc_info=True)
+
+    def beat(self) -> None:
+        """Refresh this process's heartbeat (engine_status.updated_at) alone, outside any pass.
+
+        NOTE: run on a timer of its own (the scheduler's `heartbeat` job), so a pass that takes long (loading a
+        large model) does not make a live process look gone. Before the first pass there is no row: nothing to do.
+        """
+        with self._sessions() as session:
+            result = session.execute(
+                update(EngineStatus).where(EngineStatus.process == self._process).values(updated_at=utcnow())
+            )
+            session.commit()
+        if result.rowcount == 1:
+            self._reported_at = time.monotonic()  # a pass need not write the row again for the heartbeat's sake
 
     def _timeout(self, settling: bool) -> float:
         """How long to wait for a wake-up before looking anyway."""
+        beat = max(self.heartbeat_s / 2, 0.05)  # NOTE: never sleep through a heartbeat
         if self._listener is not None:
-            return self._safety_poll_s
+            return min(self._safety_poll_s, beat)
         if self._postgres:
-            return max(self._poll_s, UNWATCHED_POLL_S)
-        return WATCHED_POLL_S if self._watch is not None and not settling else self._poll_s
+            return min(max(self._poll_s, UNWATCHED_POLL_S), beat)
+        return min(WATCHED_POLL_S if self._watch is not None and not settling else self._poll_s, beat)
 
     def _loop(self, signal: ChangeSignal | None) -> None:
         last_pass, settle_until, retry = time.monotonic(), 0.0, False
@@ -163,7 +186,7 @@ class Reconciler:
                 if woken:
                     settle_until = now + SETTLE_S
                 changed = signal is None or signal.changed()  # NOTE: read every time, so a pass resets it
-                due = now - last_pass >= HEARTBEAT_S / 2  # the engine_status heartbeat needs a pass now and then
+                due = now - last_pass >= self.heartbeat_s / 2  # the engine_status heartbeat needs a pass now and then
                 if not (woken or changed or due or retry):
                     continue
                 last_pass, retry = now, False
@@ -258,12 +281,14 @@ class Reconciler:
         """Upsert this process's engine_status when it changed or is due a heartbeat; return what was written."""
         error = "; ".join(e for e in (self._batching_error, self._compact_error) if e)
         state = (self._engine_generation, self._compact_generation, error, self._compactions)
-        if state == self._reported and time.monotonic() - self._reported_at < HEARTBEAT_S:
+        if state == self._reported and time.monotonic() - self._reported_at < self.heartbeat_s:
             return None
         row = session.get(EngineStatus, self._process)
         if row is None:
             row = EngineStatus(process=self._process)
             session.add(row)
+        # NOTE: every time: in a container a restarted process may have its predecessor's PID, and so its row.
+        row.started_at, row.software_version = self._started_at, __version__
         row.generation, row.compact_generation = self._engine_generation or 0, self._compact_generation or 0
         row.error, row.report, row.updated_at = error, self._compact_report, utcnow()
         return state

@@ -214,7 +214,12 @@ class SlotReport(Reply):
     node: str = Field(description="the node the process runs on (FLIGHTDECK_NODE; process names are NODE:PID)")
     slot: Slot
     version: str | None
-    state: Literal["loaded", "failed", "empty"]
+    state: Literal["loaded", "failed", "empty", "gone"] = Field(
+        description="what the process reports; gone when it has sent no heartbeat for three FLIGHTDECK_HEARTBEAT_S"
+    )
+    reported_state: Literal["loaded", "failed", "empty"] = Field(description="what it last reported, alive or not")
+    alive: bool
+    last_heartbeat: Timestamp | None
     error: str
     generation: int
     updated_at: Timestamp

@@ -48,6 +48,9 @@ class RolloutSettings:
     # Every process writes a history row this often: a step whose rows do not yet cover its pause waits
     # up to two of these (plus its pause) for them before it is judged on what there is.
     history_interval_s: float = 10.0
+    # A process whose heartbeat (engine_status) is older than this is gone: what it last reported neither
+    # promotes a loading candidate nor rolls it back (controlplane.cluster: three FLIGHTDECK_HEARTBEAT_S).
+    process_gone_after_s: float = 30.0
 
 
 def active_rollout(session: Session, model: str) -> Rollout | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +53,13 @@ def test_status_reads_a_running_server_with_a_token(server) -> None:
     result = status(operator_token(server.home))
     assert result.returncode == 0, result.stderr
     assert "ready=True" in result.stdout and "blue: version 1 on CPUExecutionProvider" in result.stdout
+    # The one process of this one node leads; the line says since when, and that nothing is gone.
+    line = re.search(
+        r"node (\S+); leader (\S+) \((\S+):\d+\) since \d{4}-\d\d-\d\d [\d:]{8} UTC; 1 process\(es\) alive on 1 node\(s\)$",
+        result.stdout,
+        re.M,
+    )
+    assert line and line[1] == line[2] == line[3], result.stdout
 
 
 def test_status_of_a_server_that_is_not_there_says_so() -> None:

@@ -23,7 +23,7 @@ from tests.servers import Server, start_server, wait_until
 
 pytestmark = pytest.mark.slow
 
-HEADER_S, BODY_S, KEEPALIVE_S, THREADS, CONNECTIONS = 1.0, 1.5, 1.0, 2, 24
+HEADER_S, BODY_S, SEND_S, KEEPALIVE_S, THREADS, CONNECTIONS = 1.0, 1.5, 2.0, 1.0, 2, 24
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +42,7 @@ def slow_server(tmp_path_factory: pytest.TempPathFactory, template_home: Path) -
             "FLIGHTDECK_HEADER_TIMEOUT_S": str(HEADER_S),
             "FLIGHTDECK_BODY_TIMEOUT_S": str(BODY_S),
             "FLIGHTDECK_BODY_MIN_RATE": "1000",
+            "FLIGHTDECK_SEND_TIMEOUT_S": str(SEND_S),
             "FLIGHTDECK_KEEPALIVE_TIMEOUT_S": str(KEEPALIVE_S),
             "GUNICORN_CMD_ARGS": f"--worker-connections {CONNECTIONS}",
         },
@@ -169,6 +170,93 @@ def test_stalled_bodies_hold_flask_threads_only_until_the_body_deadline_and_prob
     finally:
         for sock in stalled:
             sock.close()
+
+
+def hold_answers_unread(server: Server, count: int) -> list[socket.socket]:
+    """Ask for plotly.js (4.6 MB, a file Flask streams from a thread) on `count` connections that never read.
+
+    A receive buffer of 4 KiB keeps the kernel from taking the file in for the client, so the server's send
+    waits on the client, and with it the Flask thread streaming the file.
+    """
+    host, port = server.url.removeprefix("http://").split(":")
+    held = []
+    for _ in range(count):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(10)
+        sock.connect((host, int(port)))
+        sock.sendall(b"GET /assets/plotly.min.js HTTP/1.1\r\nHost: x\r\n\r\n")
+        held.append(sock)
+    return held
+
+
+def test_a_client_that_stops_reading_its_answer_is_cut_off_at_the_send_deadline_freeing_the_thread(
+    slow_server: Server,
+) -> None:
+    before = closed_by(slow_server, "send_timeout")
+    held = hold_answers_unread(slow_server, THREADS)
+    try:
+        started = time.monotonic()
+        # Both Flask threads wait on clients that do not read; the next Flask route gets one at the deadline.
+        status, body = slow_server.get("/v2")
+        assert status == 200 and body["name"] == "flightdeck"
+        assert SEND_S * 0.9 <= time.monotonic() - started < SEND_S + 3
+        assert closed_by(slow_server, "send_timeout") == before + THREADS
+        for sock in held:
+            received = read_all(sock)  # what the server had sent before the deadline, then the abort
+            assert received.startswith(b"HTTP/1.1 200 ") and len(received) < 4_000_000
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_client_that_waits_for_100_continue_is_not_late_while_its_request_waits_for_a_thread(
+    slow_server: Server,
+) -> None:
+    held = hold_answers_unread(slow_server, THREADS)  # every Flask thread busy for SEND_S > BODY_S
+    try:
+        with connect(slow_server) as sock:
+            body = b'{"name": "nobody", "password": "wrong-password"}'
+            sock.sendall(
+                b"POST /api/session HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body)
+            )
+            asked = time.monotonic()
+            interim = sock.recv(65536)  # the server asks for the body once a thread reads it, after SEND_S
+            assert interim.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), interim[:200]
+            assert time.monotonic() - asked > BODY_S  # the body deadline would have ended it by now
+            sock.sendall(body)
+            answer = interim[len(b"HTTP/1.1 100 Continue\r\n\r\n") :] or sock.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 401 "), answer[:200]
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_client_that_never_sends_the_body_it_announced_with_100_continue_gets_408(slow_server: Server) -> None:
+    with connect(slow_server) as sock:
+        sock.sendall(
+            b"POST /api/session HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Expect: 100-continue\r\nContent-Length: 40\r\n\r\n"
+        )
+        answer = read_all(sock)
+    assert answer.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 408 "), answer[:200]
+
+
+def test_a_body_sent_after_its_answer_leaves_an_idle_connection_that_is_closed(slow_server: Server) -> None:
+    with connect(slow_server) as sock:
+        # Refused before the body is read (no session), so no 100 Continue; the client sends the body anyway.
+        sock.sendall(
+            b"POST /api/users HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Expect: 100-continue\r\nContent-Length: 2\r\n\r\n"
+        )
+        answer = sock.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 401 "), answer[:200]
+        sock.sendall(b"{}")
+        sent = time.monotonic()
+        rest = read_all(sock)
+    assert b"HTTP/1.1" not in rest  # nothing more is answered: the body was the refused request's
+    assert time.monotonic() - sent < max(KEEPALIVE_S, BODY_S) + 3
 
 
 def test_an_idle_keep_alive_connection_is_closed(slow_server: Server) -> None:

@@ -58,13 +58,17 @@ def test_one_holder_at_a_time_until_the_lease_expires_or_is_released(engine: Eng
         assert try_acquire(s, "scheduler", "a", 10, t0)
         assert not try_acquire(s, "scheduler", "b", 10, t0 + timedelta(seconds=5))
         assert try_acquire(s, "scheduler", "a", 10, t0 + timedelta(seconds=5))  # renewal
+        assert s.scalars(select(Lease)).one().acquired_at == t0  # a renewal keeps "since when"
         assert not try_acquire(s, "scheduler", "b", 10, t0 + timedelta(seconds=14))
         assert try_acquire(s, "scheduler", "b", 10, t0 + timedelta(seconds=16))  # a's lease ran out
+        assert s.scalars(select(Lease)).one().acquired_at == t0 + timedelta(seconds=16)  # a takeover: b since now
         assert not try_acquire(s, "scheduler", "a", 10, t0 + timedelta(seconds=17))
         release(s, "scheduler", "b")
         assert try_acquire(s, "scheduler", "a", 10, t0 + timedelta(seconds=18))
         lease = s.scalars(select(Lease)).one()
-    assert (lease.holder, lease.expires_at, lease.acquired_at) == ("a", t0 + timedelta(seconds=28), t0)
+    assert (lease.holder, lease.expires_at, lease.acquired_at) == (
+        "a", t0 + timedelta(seconds=28), t0 + timedelta(seconds=18)
+    )  # fmt: skip
     assert lease.expires_at.utcoffset() == timedelta(0)  # UtcDateTime hands back UTC whatever the session zone
 
 

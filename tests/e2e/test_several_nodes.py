@@ -1,14 +1,18 @@
 """End to end, several nodes: three real servers on one PostgreSQL and one S3 bucket, behind a round-robin proxy.
 
-Under load through the proxy: a version pushed through one node is canaried through another and
-rolled back through a third, the leader node is killed with SIGKILL mid-rollout and restarted, and
-an alert fires. Checked: every node converges within 1 s of each change, no request fails, one
-leader at a time, each chat message is delivered once, and every node's history rows are merged.
-Skipped when psycopg or the PostgreSQL server binaries are absent.
+The three start at once on an empty database (one migrates, the others wait; one writes the first
+admin's password). Under load through the proxy: a version pushed through one node is canaried
+through another and rolled back through a third, the leader node is killed with SIGKILL
+mid-rollout and restarted, the rolled-back version is deleted, and an alert fires. Checked: every
+node converges within 1 s of each change, no request fails, one leader at a time and every node
+names the successor (`/api/cluster`, `flightdeck_leader`), the killed process is shown as gone,
+the deleted version leaves every node's cache, each chat message is delivered once, and every
+node's history rows are merged. Skipped when psycopg or the PostgreSQL server binaries are absent.
 """
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import os
@@ -18,6 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -36,7 +41,6 @@ from controlplane.auth import Role  # noqa: E402
 from controlplane.auth import tokens as token_service  # noqa: E402
 from controlplane.auth import users as user_service  # noqa: E402
 from controlplane.db import make_engine, session_factory  # noqa: E402
-from controlplane.migrate import upgrade  # noqa: E402
 from controlplane.models import Deployment, Lease, OutboxMessage, SlotSample  # noqa: E402
 from tests.controlplane.console.conftest import pack_model_archive  # noqa: E402
 from tests.pg import create_database, find_bindir, postgres_cluster  # noqa: E402
@@ -51,6 +55,7 @@ NODES = ("node-a", "node-b", "node-c")
 TTL_S = 3.0
 CONVERGE_S = 1.0  # a change every node only has to apply (weights, a rollback)
 LOAD_S = 5.0  # a first deploy: fetch from the bucket, load, warm up and golden-check, on a shared 2-core machine
+HEARTBEAT_S = 1.0  # a process silent for three is shown as gone
 RULE = """
 rules:
   - name: busy_model
@@ -150,9 +155,7 @@ class Load:
 @pytest.fixture
 def database() -> Iterator[str]:
     with postgres_cluster(PG_BIN) as cluster:
-        url = create_database(cluster)
-        upgrade(url)  # NOTE: once, before any node starts, as the Kubernetes migration Job does
-        yield url
+        yield create_database(cluster)  # NOTE: empty: the nodes, started at once, migrate it (one of them does)
 
 
 @pytest.fixture
@@ -268,13 +271,28 @@ def _lease_log(server: Server, node: str) -> list[tuple[str, str, str]]:
     return changes
 
 
+def _reports(server: Server, token: str) -> list[dict]:
+    return call(_port(server), "GET", "/api/models/mlp/deployment", token)["processes"]
+
+
+def _process_state(server: Server, token: str, process: str) -> str:
+    """A process's state as /api/cluster shows it (alive, gone), or '' if it is not listed."""
+    cluster = call(_port(server), "GET", "/api/cluster", token)
+    return next((p["state"] for n in cluster["nodes"] for p in n["processes"] if p["process"] == process), "")
+
+
+def _leads(server: Server) -> bool:
+    """What a node's /metrics says: does it hold the lease (flightdeck_leader)?"""
+    (line,) = [line for line in server.metrics().splitlines() if line.startswith("flightdeck_leader{")]
+    return float(line.rsplit(" ", 1)[1]) == 1.0
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def test_three_nodes_converge_fail_over_and_deliver_once(database: str, bucket, tmp_path: Path) -> None:
     endpoint, name = bucket
-    token = _operator_token(database)
     rules = tmp_path / "rules"
     rules.mkdir()
     (rules / "e2e.yaml").write_text(RULE)
@@ -290,7 +308,8 @@ def test_three_nodes_converge_fail_over_and_deliver_once(database: str, bucket, 
         "FLIGHTDECK_ALERT_INTERVAL_S": "1", "FLIGHTDECK_OUTBOX_INTERVAL_S": "0.5", "FLIGHTDECK_ROLLOUT_TICK_S": "0.2",
         "FLIGHTDECK_ROLLOUT_PAUSE_S": "3600", "FLIGHTDECK_SCALE_DOWN_DELAY_S": "3600", "FLIGHTDECK_AUTH_READS": "false",
         "FLIGHTDECK_ALERT_RULES_DIR": str(rules), "FLIGHTDECK_WARMUP_MAX_SEQUENCE": "16",
-        "FLIGHTDECK_LOG_FORMAT": "json",
+        "FLIGHTDECK_LOG_FORMAT": "json", "FLIGHTDECK_HEARTBEAT_S": str(HEARTBEAT_S),
+        "FLIGHTDECK_PROCESS_DROP_S": "3600", "FLIGHTDECK_CACHE_PRUNE_S": "1",
     }  # fmt: skip
 
     def start(node: str) -> Server:
@@ -301,8 +320,15 @@ def test_three_nodes_converge_fail_over_and_deliver_once(database: str, bucket, 
     lease_changes: list[tuple[str, str, str]] = []
     with ChatServer() as chat:
         try:
-            for node in NODES:
-                nodes[node] = start(node)
+            # All three at once on the empty database: one migrates under the advisory lock, the others wait.
+            with ThreadPoolExecutor(len(NODES)) as starting:
+                for node, server in zip(NODES, starting.map(start, NODES)):
+                    nodes[node] = server
+            written = [n for n in NODES if (tmp_path / n / "initial-admin-password").exists()]
+            told = [n for n in NODES if "first admin's password is in" in nodes[n].output()]
+            assert len(written) == 1 and told == written, (written, told)
+            assert not [n for n in NODES if "Traceback" in nodes[n].output()]
+            token = _operator_token(database)
             a, b, c = (nodes[n] for n in NODES)  # NOTE: a, b and c play the same parts whoever leads
             receiver = {"kind": "webhook", "config": {"url": chat.url, "allow_http": True}, "severities": ["P0"],
                         "matchers": [{"label": "model", "value": "alarm"}], "group_wait": "0s",
@@ -326,7 +352,7 @@ def test_three_nodes_converge_fail_over_and_deliver_once(database: str, bucket, 
                     leader = _leader(database)
                     victim = next(n for n in NODES if leader.startswith(f"{n}:"))
                     worker = int(leader.split(":")[1])
-                    killed_at = time.monotonic()
+                    killed_at, killed_wall = time.monotonic(), datetime.now(UTC)
                     os.kill(nodes[victim].process.pid, signal.SIGKILL)
                     os.kill(worker, signal.SIGKILL)
                     lease_changes += [*_lease_log(nodes[victim], f"{victim} (killed)"),
@@ -336,6 +362,18 @@ def test_three_nodes_converge_fail_over_and_deliver_once(database: str, bucket, 
                                            "a new leader")  # fmt: skip
                     takeover_s = time.monotonic() - killed_at
                     survivor = next(iter(nodes.values()))
+                    # Every survivor names the successor, since the takeover; the killed process is shown gone.
+                    dead = f"{victim}:{worker}"
+                    for server in nodes.values():
+                        cluster = call(_port(server), "GET", "/api/cluster", token)
+                        assert cluster["leader"]["holder"] == successor and cluster["leader"]["current"]
+                        assert datetime.fromisoformat(cluster["leader"]["since"]) >= killed_wall
+                    wait_until(lambda: _process_state(survivor, token, dead) == "gone", 5 * HEARTBEAT_S + 5,
+                               "the killed process shown as gone")  # fmt: skip
+                    gone_s = time.monotonic() - killed_at
+                    assert {p["state"] for p in _reports(survivor, token) if p["process"] == dead} == {"gone"}
+                    leads = {n: _leads(s) for n, s in nodes.items()}
+                    assert leads == {n: n == successor.split(":")[0] for n in nodes}, leads
                     since = time.monotonic()
                     call(_port(survivor), "POST", "/api/models/mlp/rollback", token)
                     timings["rollback"] = _converged(nodes, token, "mlp", since)
@@ -343,6 +381,13 @@ def test_three_nodes_converge_fail_over_and_deliver_once(database: str, bucket, 
                     nodes[victim] = restarted
                     proxy.backends[NODES.index(victim)] = f"127.0.0.1:{_port(restarted)}"
                     timings["restart"] = _converged({victim: restarted}, token, "mlp", time.monotonic())
+                    # v2 was rolled back: delete it through one node; every node's cached copy follows.
+                    call(_port(survivor), "DELETE", "/api/models/mlp/versions/2", token)
+                    deleted_at = time.monotonic()
+                    digest = hashlib.sha256(archives["2"].read_bytes()).hexdigest()
+                    wait_until(lambda: not [n for n in NODES if list((tmp_path / n / "cache" / "models").glob(f"{digest}*"))],
+                               10, "every node to drop its copy of the deleted version")  # fmt: skip
+                    evicted_s = time.monotonic() - deleted_at
                     _push(restarted, token, alarm)
                     since = time.monotonic()
                     call(_port(survivor), "POST", "/api/models/alarm/deploy", token, {"version": "1"})
@@ -372,6 +417,8 @@ def test_three_nodes_converge_fail_over_and_deliver_once(database: str, bucket, 
                 lease_changes += _lease_log(server, node)
     print(f"\nconvergence per change and node (s): {timings}")
     print(f"leader {leader} killed; {successor} took over after {takeover_s:.2f} s (lease {TTL_S} s)")
+    print(f"the killed process shown gone after {gone_s:.2f} s (heartbeat {HEARTBEAT_S} s); "
+          f"a deleted version left every node's cache after {evicted_s:.2f} s (prune every 1 s)")  # fmt: skip
     print(f"{len(statuses) + len(alarm_statuses)} requests through the proxy, {proxy.retries} retried on another node")
     for change, per_node in timings.items():
         assert max(per_node.values()) <= (LOAD_S if "deploy" in change else CONVERGE_S), (change, per_node)

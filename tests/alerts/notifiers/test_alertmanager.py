@@ -156,3 +156,16 @@ def test_delivers_the_exact_bytes_over_http() -> None:
     assert request.body == GOLDEN
     assert request.headers["content-type"] == "application/json"
     assert request.headers["authorization"] == "Bearer tok-123456-secret"
+
+
+def test_the_message_key_travels_in_an_idempotency_key_header_and_the_body_stays_alertmanagers() -> None:
+    notifier = make_notifier("webhook", {"url": URL})
+    keyed = make_notification(key="5f0c8e1d2b3a4c5d6e7f8091a2b3c4d5")
+    first, again, unkeyed = (
+        notifier.build(keyed, NOW),
+        notifier.build(keyed, NOW),
+        notifier.build(make_notification(), NOW),
+    )
+    assert first.headers["Idempotency-Key"] == again.headers["Idempotency-Key"] == "5f0c8e1d2b3a4c5d6e7f8091a2b3c4d5"
+    assert "Idempotency-Key" not in unkeyed.headers
+    assert first.body == unkeyed.body  # nothing in the body Alertmanager would not send

@@ -182,6 +182,28 @@ def test_a_retry_carries_the_same_idempotency_key(sessions) -> None:
     assert first == retry and first["msgUuid"]
 
 
+def test_a_webhook_resend_carries_the_same_idempotency_key_header_and_a_new_message_a_new_one(sessions) -> None:
+    # The first answer is lost, as when a leader dies mid-send: the message stays pending and is sent again
+    # (by the next leader, from the same outbox row). A receiver must be able to tell that from a real repeat.
+    answers = iter([None])
+    world = World(sessions, [error_rule()])
+    with RecordingServer(answer=lambda _request: next(answers, (200, {}, b""))) as hook:
+        world.receiver("hook", "webhook", hook.url + "/hook")
+        world.traffic(range(0, 4), errors=40)
+        world.traffic(range(4, 12), errors=0)
+        world.at(1)
+        (message,) = world.outbox()
+        assert deliver_due(sessions, now=message.next_attempt_at, send=deliver_local)["sent"] == 1
+        world.at(11)  # resolved: a new message
+        first, resend, resolved = hook.requests
+    assert first.body == resend.body and json.loads(first.body)["groupKey"] == GROUP_KEY
+    assert first.headers["idempotency-key"] == resend.headers["idempotency-key"]
+    assert re.fullmatch(r"[0-9a-f]{32}", first.headers["idempotency-key"])
+    assert json.loads(resolved.body)["status"] == "resolved"
+    assert resolved.headers["idempotency-key"] != first.headers["idempotency-key"]
+    assert json.loads(resolved.body)["groupKey"] == GROUP_KEY  # groupKey names the group, not the message
+
+
 def alertmanager_consumer_accepts(body: dict) -> list[str]:
     """What an Alertmanager webhook consumer checks (alertmanager's template.Data): an empty list if it takes it."""
     problems = []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
 
 import pytest
@@ -241,3 +241,33 @@ def test_the_model_page_shows_why_the_last_rollout_stopped_with_its_evidence(app
     row = re.search(r"<tr><td>slo</td><td>fail</td>.*?</tr>", html, re.S).group(0)
     assert "Wilson score interval" in row and "slo_p99_ms 0.001" in row
     assert re.search(r"<tr><td>error rate</td><td>pass</td><td>Fisher", html)
+
+
+def test_overview_lists_the_nodes_their_processes_alive_or_gone_and_the_leader(app, as_role) -> None:
+    from controlplane.clock import utcnow
+    from controlplane.models import EngineStatus, SlotStatus
+    from controlplane.scheduler import LeaderScheduler
+
+    services = app.extensions["flightdeck"]
+    me = services.reconciler.process
+    with services.sessions() as s:  # a process of another node that fell silent a minute ago
+        then = utcnow().replace(microsecond=0) - timedelta(seconds=60)
+        s.add(EngineStatus(process="node-x:77", generation=1, compact_generation=0, error="", updated_at=then))
+        s.add(SlotStatus(process="node-x:77", model="mlp", slot="blue", version="1", state="loaded", error="",
+                         generation=1, updated_at=then))  # fmt: skip
+        s.commit()
+    scheduler = LeaderScheduler(services.sessions, ttl_s=30, process=me)
+    try:
+        assert scheduler.renew()
+        client, _ = as_role(Role.VIEWER)
+        html = client.get("/").get_data(as_text=True)
+    finally:
+        scheduler.shutdown()
+    panel = re.search(r'<section class="card" aria-label="Nodes" id="cluster">.*?</section>', html, re.S).group(0)
+    assert re.search(rf'Leader: <strong data-node="{re.escape(services.settings.node_name)}">', panel)
+    assert f'<tr data-process="{me}" data-state="alive">' in panel
+    assert '<tr data-process="node-x:77" data-state="gone">' in panel
+    model = client.get("/models/mlp").get_data(as_text=True)
+    assert re.search(r'data-node="node-x">node-x<div><span class="badge gone">gone</span>', model.replace("\n", "")), (
+        model
+    )

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import shutil
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -289,6 +291,64 @@ def test_a_node_drops_its_copies_of_versions_deleted_through_another(nodes: tupl
         cache = Path(config_b["home"]) / "cache" / "models"
         assert not (cache / rows["1"].sha256).exists() and not (cache / f"{rows['1'].sha256}.json").exists()
         assert registry_b.storage.cache.check(rows["2"].sha256) is None  # the version still stored is untouched
+
+
+def test_a_node_drops_unused_copies_no_deployment_names_and_every_lock_file_with_its_copy(
+    nodes: tuple[dict, dict], tmp_path: Path
+) -> None:
+    config_a, config_b = nodes
+    rows = {}
+    with registry_of(config_a) as registry_a, registry_of(config_b) as registry_b:
+        for version in ("1", "2", "3"):
+            (tmp_path / f"{version}.tar.gz").write_bytes(archive(version))
+            rows[version], _ = registry_a.push(tmp_path / f"{version}.tar.gz", "alice")
+            registry_b.folder(rows[version])
+        cache, root = registry_b.storage.cache, Path(config_b["home"]) / "cache" / "models"
+        digests = {v: rows[v].sha256 for v in rows}
+        assert {p.name for p in root.glob("*.lock")} == {f"{d}.lock" for d in digests.values()}
+        registry_a.delete("adder", "3", "alice")
+        # Version 1 is deployed; 2 is only in the registry. Both were used just now: both stay.
+        keep, wanted = {digests["1"], digests["2"]}, {digests["1"]}
+        assert cache.prune(keep, wanted) == [digests["3"]]
+        later = time.time() + 601  # ten minutes on, nobody having used version 2 since
+        assert cache.prune(keep, wanted, now=later) == [digests["2"]]
+        assert {p.name for p in root.iterdir()} == {digests["1"], f"{digests['1']}.json", f"{digests['1']}.lock"}
+        assert cache.check(digests["1"]) is None
+        registry_b.folder(rows["2"])  # deployed again: fetched again, whole
+        assert cache.check(digests["2"]) is None
+
+
+def test_an_evict_waits_for_a_fill_in_progress_then_takes_the_lock_file_with_the_copy(
+    nodes: tuple[dict, dict], tmp_path: Path
+) -> None:
+    config_a, config_b = nodes
+    (tmp_path / "adder.tar.gz").write_bytes(archive("1"))
+    with registry_of(config_a) as registry_a, registry_of(config_b) as registry_b:
+        row, _ = registry_a.push(tmp_path / "adder.tar.gz", "alice")
+        cache, digest = registry_b.storage.cache, row.sha256
+        filling, release, fetched = threading.Event(), threading.Event(), []
+
+        def fetch(dest: Path) -> None:  # the pushed archive's very bytes, as the bucket holds them
+            fetched.append(dest)
+            shutil.copyfile(tmp_path / "adder.tar.gz", dest)
+
+        def slow_fetch(dest: Path) -> None:
+            filling.set()
+            release.wait(10)
+            fetch(dest)
+
+        first = threading.Thread(target=cache.get, args=(digest, slow_fetch, "adder 1"))
+        first.start()
+        assert filling.wait(10)  # the first fill holds the entry's lock
+        evicting = threading.Thread(target=cache.evict, args=(digest,))
+        evicting.start()
+        release.set()
+        first.join(10)
+        evicting.join(10)
+        # The evict ran after the fill (it waited on the lock) and took the lock file with it.
+        assert cache.check(digest) == "not cached" and not (cache.root / f"{digest}.lock").exists()
+        assert cache.get(digest, fetch, "adder 1").is_dir()
+        assert cache.check(digest) is None and (cache.root / f"{digest}.lock").exists() and len(fetched) == 2
 
 
 def test_threads_asking_for_one_version_at_once_fetch_it_once(nodes: tuple[dict, dict], tmp_path: Path) -> None:

@@ -141,13 +141,11 @@ def test_compaction_runs_once_per_request_in_each_process_and_reports(app, clien
 
 
 def test_engine_status_is_refreshed_while_nothing_changes(app, client, monkeypatch) -> None:
-    from controlplane.rollout import reconciler
-
     settle(app)
     first = me(client)["updated_at"]
     settle(app)
     assert me(client)["updated_at"] == first  # no write per pass
-    monkeypatch.setattr(reconciler, "HEARTBEAT_S", 0.0)
+    monkeypatch.setattr(app.extensions["flightdeck"].reconciler, "heartbeat_s", 0.0)
     settle(app)
     assert me(client)["updated_at"] > first
 

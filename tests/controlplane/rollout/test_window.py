@@ -88,3 +88,27 @@ def test_a_clear_failure_ends_the_step_before_its_pause(sessions) -> None:
         m = s.scalars(select(RolloutMeasurement)).one()
         assert m.evidence[0]["early"] is True and m.evidence[0]["alpha"] == 0.0001
         assert s.get(Rollout, rollout).reason.startswith("analysis failed early: error rate 20.00%")
+
+
+def test_a_gone_process_neither_promotes_nor_rolls_back_a_loading_candidate(sessions) -> None:
+    from controlplane.models import EngineStatus
+
+    def beat(s, process: str, at) -> None:
+        s.merge(EngineStatus(process=process, generation=1, compact_generation=0, error="", updated_at=at))
+
+    def report(s, process: str, state: str) -> None:
+        s.merge(SlotStatus(process=process, model="mlp", slot="green", version="2", state=state, error="no memory",
+                           generation=1, updated_at=T0))  # fmt: skip
+
+    settings = RolloutSettings(history_interval_s=10, scale_down_delay_s=3600, process_gone_after_s=30)
+    with sessions() as s, s.begin():
+        first_deploy(s, "mlp", "1", system_audit, T0 - seconds(600))
+        rollout = service.deploy(s, "mlp", "2", "otto", system_audit, steps=[10, 100], now=T0 - seconds(5))
+        beat(s, "dead:1", T0 - seconds(31))  # silent for more than three heartbeats: gone
+        report(s, "dead:1", "failed")
+        beat(s, "dead:2", T0 - seconds(31))
+        report(s, "dead:2", "loaded")
+        assert controller.tick(s, system_audit, settings, T0) == []  # still loading: nobody alive has said
+        beat(s, "live:3", T0 - seconds(2))
+        report(s, "live:3", "loaded")
+        assert controller.tick(s, system_audit, settings, T0) == [f"{rollout.id}: loaded -> progressing"]
