@@ -52,6 +52,7 @@ bench: install
 	$(PY) -m bench.history_overhead
 	$(PY) -m bench.rollout
 	$(PY) -m bench.label_cost
+	$(PY) -m bench.tracing_cost  # tracing off, at 1 % and 100 %, each beside the code before tracing
 	$(PY) -m bench.canary_lab --loads 4,16 --repeats 2  # the issue's goal, 20 A/A rollouts: --repeats 10
 	$(PY) -m bench.hostile  # slow and hostile clients against steady load (SECURITY.md)
 

@@ -134,7 +134,7 @@ class Front:
         services = self.services
         request_id = request_id_from(header("X-Request-ID"))
         try:
-            call = Call(services.engine, services.settings, name, version, request_id, header)
+            call = Call(services.engine, services.settings, name, version, request_id, header, services.tracing)
             try:
                 call.admit()
                 # NOTE: a body all JSON is counted as it arrives, so millions of values are refused unread.

@@ -21,7 +21,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from werkzeug.wsgi import get_content_length, get_input_stream
 
@@ -31,6 +31,9 @@ from controlplane.requestlog import log_request
 from serving.codec import HEADER_LENGTH, InferRequest, decode_request, encode_response, select_outputs
 from serving.engine import Engine, Routed
 from serving.errors import InvalidInput, Overloaded, PayloadTooLarge, ServingError, client_error_kind
+
+if TYPE_CHECKING:
+    from controlplane.tracing import RequestTrace, Tracing
 
 JSON = "application/json"
 BINARY = "application/octet-stream"
@@ -108,11 +111,21 @@ class Call:
         "decoded",
         "decode_ns",
         "decode_ms",
+        "trace",
     )
 
     def __init__(
-        self, engine: Engine, settings: Settings, name: str, version: str | None, request_id: str, header: HeaderLookup
+        self,
+        engine: Engine,
+        settings: Settings,
+        name: str,
+        version: str | None,
+        request_id: str,
+        header: HeaderLookup,
+        tracing: Tracing | None = None,
+        span_name: str | None = None,
     ) -> None:
+        """Begin the call; with `tracing`, its span continues the caller's `traceparent` (read through `header`)."""
         self.engine, self.settings, self.name, self.header = engine, settings, name, header
         self.started = time.perf_counter()
         self.record: dict = {"request_id": request_id, "model": name, "version": version}
@@ -120,13 +133,31 @@ class Call:
         self.decoded: InferRequest | None = None
         self.decode_ns = 0
         self.decode_ms = 0.0
+        self.trace: RequestTrace | None = None
+        if tracing is not None:
+            route = "/v2/models/{model}/infer" if version is None else "/v2/models/{model}/versions/{version}/infer"
+            self.trace = tracing.request(span_name or f"POST {route}", header, name, request_id, self.record)
 
     def admit(self) -> None:
         """Refuse at once when every queue of the model is full: before decoding, so the excess is cheap."""
-        self.engine.check_admission(self.name)
+        if self.trace is None:
+            self.engine.check_admission(self.name)
+            return
+        with self.trace.step("admission"):
+            self.engine.check_admission(self.name)
 
     def decode(self, body: bytes) -> dict[str, Any]:
         """Decode the body; return the keyword arguments of `engine.infer` (and `submit`) after the model's name."""
+        if self.trace is None:
+            return self._decode(body)
+        with self.trace.step("decode"):
+            routing = self._decode(body)
+        if self.trace.recording:  # the batch that runs it will be linked to its span
+            routing["trace"] = self.trace.span_context
+            self.trace.queued()
+        return routing
+
+    def _decode(self, body: bytes) -> dict[str, Any]:
         decode_started = time.perf_counter_ns()
         json_length = header_length(self.header(HEADER_LENGTH))
         limit = self.settings.max_request_values
@@ -158,8 +189,16 @@ class Call:
             compute_ms=round(routed.compute_s * 1000, 3),
         )
         encode_started = time.perf_counter_ns()
-        wanted = select_outputs(decoded, list(routed.outputs))
-        body, json_length = encode_response(self.name, routed.version, decoded.id, routed.outputs, wanted)
+        if self.trace is None:
+            wanted = select_outputs(decoded, list(routed.outputs))
+            body, json_length = encode_response(self.name, routed.version, decoded.id, routed.outputs, wanted)
+        else:
+            self.trace.routed(
+                self.name, routed.version, routed.slot, routed.batch_size, routed.queue_s, routed.compute_s
+            )
+            with self.trace.step("encode"):
+                wanted = select_outputs(decoded, list(routed.outputs))
+                body, json_length = encode_response(self.name, routed.version, decoded.id, routed.outputs, wanted)
         _record_codec(self.engine, self.name, routed, self.decode_ns, time.perf_counter_ns() - encode_started)
         answer = Answer(200, body, JSON if json_length is None else BINARY)
         if json_length is not None:
@@ -187,7 +226,9 @@ class Call:
         return error_answer(exc)
 
     def log(self) -> None:
-        """Write the request's log line (sampled; slow and failed requests always)."""
+        """Write the request's log line (sampled; slow and failed requests always); end its span."""
+        if self.trace is not None:
+            self.trace.end(self.status, self.record)
         log_request(
             self.record,
             status=self.status,
@@ -206,9 +247,10 @@ def serve(
     request_id: str,
     header: HeaderLookup,
     read_body: BodyReader,
+    tracing: Tracing | None = None,
 ) -> Answer:
     """Run one inference request in this thread: JSON tensors, or JSON then binary tensors (the binary extension)."""
-    call = Call(engine, settings, name, version, request_id, header)
+    call = Call(engine, settings, name, version, request_id, header, tracing)
     try:
         call.admit()
         routing = call.decode(read_body(settings.max_request_bytes))

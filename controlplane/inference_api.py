@@ -174,7 +174,16 @@ def infer(name: str, version: str | None = None) -> Response:
     # with the same `inference.Call`; this view serves those it declines (inference auth on, cookies).
     services = current_services()
     return _response(
-        serve(services.engine, services.settings, name, version, g.request_id, request.headers.get, _read_body)
+        serve(
+            services.engine,
+            services.settings,
+            name,
+            version,
+            g.request_id,
+            request.headers.get,
+            _read_body,
+            services.tracing,
+        )
     )
 
 

@@ -1,7 +1,8 @@
 """Logging through one `dictConfig`: the app, gunicorn's master and its workers all apply `logging_config`.
 
 - The terminal (stderr) gets one line per event: text for people, or with FLIGHTDECK_LOG_FORMAT=json one
-  JSON object per line (timestamp in RFC 3339 UTC, level, logger, message, request_id inside a request).
+  JSON object per line (timestamp in RFC 3339 UTC, level, logger, message, request_id inside a request,
+  trace_id and span_id inside a span when tracing is on: `controlplane.tracing`).
 - Flightdeck's own loggers (and gunicorn's) log at FLIGHTDECK_LOG_LEVEL; everything else (APScheduler,
   urllib3, alembic, ...) at WARNING, so a library's chatter never floods the terminal.
 - The sampled per-request lines go to HOME/logs/requests.log only, always JSON, written once.
@@ -20,6 +21,7 @@ from pythonjsonlogger.json import JsonFormatter
 
 from controlplane.config import Settings
 from controlplane.requestscope import current_request
+from controlplane.tracing import current_ids
 
 REQUEST_LOGGER = "flightdeck.requests"
 # Loggers that follow FLIGHTDECK_LOG_LEVEL; every other logger inherits the root's WARNING.
@@ -34,13 +36,20 @@ def rfc3339(created: float) -> str:
 
 
 class RequestIdFilter(logging.Filter):
-    """Stamp records logged while a request is handled with its id (the one echoed in X-Request-ID)."""
+    """Stamp records logged while a request is handled with its id (the one echoed in X-Request-ID).
+
+    With tracing on, records logged while a span is current get its `trace_id` and `span_id` too.
+    """
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not hasattr(record, "request_id"):
             scope = current_request()
             if scope is not None:
                 record.request_id = scope.request_id
+        if not hasattr(record, "trace_id"):
+            ids = current_ids()
+            if ids is not None:
+                record.trace_id, record.span_id = ids
         return True
 
 

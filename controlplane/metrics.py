@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from prometheus_client.registry import Collector
 
+from controlplane import exemplars
 from controlplane.metricsflush import Buffer, Count, flush_all
 from serving.batching import RequestOutcome
 from serving.errors import ModelNotFound
@@ -301,14 +303,30 @@ class _NodeLabelled:
             yield family
 
 
-def render(node: str) -> bytes:
-    """Render every metric with a `node` label, aggregated over worker processes when running under gunicorn."""
+def render(node: str, openmetrics: bool = False) -> bytes:
+    """Render every metric with a `node` label, aggregated over worker processes when running under gunicorn.
+
+    `openmetrics`: in the OpenMetrics format, with exemplars (trace ids) on the request latency histogram.
+    """
     flush_all()  # this process's counts are current; other workers' are at most metricsflush.FLUSH_INTERVAL_S late
     path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     source: Collector = _SettledFilesCollector(path) if path else DEFAULT_REGISTRY
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_NodeLabelled(source, node))
-    return generate_latest(registry)
+    if not openmetrics:
+        registry.register(_NodeLabelled(source, node))
+        return generate_latest(registry)
+    registry.register(_WithExemplars(_NodeLabelled(source, node)))
+    return openmetrics_latest(registry)
+
+
+class _WithExemplars:
+    """Another collector's metrics, the request latency buckets with this process's exemplars (`exemplars`)."""
+
+    def __init__(self, source: Collector) -> None:
+        self._source = source
+
+    def collect(self):
+        return exemplars.attach(self._source.collect())
 
 
 class ServingGauges:

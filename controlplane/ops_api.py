@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response
+from flask import Blueprint, Response, request
 from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS
 from pydantic import Field
 
 from controlplane import metrics
@@ -41,9 +42,12 @@ class EngineView(Reply):
 @bp.get("/metrics")
 @operation(media=CONTENT_TYPE_LATEST.split(";")[0])
 def prometheus_metrics() -> Response:
-    """Prometheus metrics of every process of this server (text exposition format)"""
+    """Prometheus metrics of every process of this server (text format; OpenMetrics, with exemplars, when asked)"""
     services = current_services()
     services.refresh_gauges()
+    # NOTE: Prometheus asks for OpenMetrics first when it stores exemplars; everything else gets the text format.
+    if "application/openmetrics-text" in request.headers.get("Accept", ""):
+        return Response(metrics.render(services.settings.node_name, openmetrics=True), content_type=OPENMETRICS)
     return Response(metrics.render(services.settings.node_name), mimetype=CONTENT_TYPE_LATEST)
 
 

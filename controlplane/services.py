@@ -21,7 +21,7 @@ from alerts.catalogue import METRICS
 from alerts.notifiers.delivery import deliver
 from alerts.rules import LIVE_METRICS, Rule, load_rules
 from alerts.slo import SLO, load_slos, with_burn_rules
-from controlplane import metrics
+from controlplane import metrics, tracing
 from controlplane.alerting.evaluator import AlertEvaluator, EvaluatorSettings
 from controlplane.alerting.outbox import deliver_due
 from controlplane.alerting.secretbox import Keyring
@@ -67,6 +67,7 @@ class Services:
     serving_gauges: metrics.ServingGauges
     slos: list[SLO]
     receiver_keys: Keyring  # encrypt and open receivers' secrets (HOME/secret.key or FLIGHTDECK_SECRET_KEYS)
+    tracing: tracing.Tracing | None = None  # OpenTelemetry traces: None unless OTEL_* names an OTLP endpoint
 
     def refresh_gauges(self) -> None:
         """Publish readiness, what is served, traffic weights and GPU readings (called before each scrape)."""
@@ -97,6 +98,8 @@ class Services:
             except Exception:
                 log.exception("final history sample failed")
         self.db.dispose()
+        if self.tracing is not None:
+            self.tracing.shutdown()  # the last spans exported
         return drained
 
 
@@ -126,7 +129,14 @@ def load_alert_rules(settings: Settings) -> tuple[list[Rule], list[SLO]]:
 def build_services(settings: Settings, *, start_scheduler: bool | None = None) -> Services:
     """Build and start every long-lived part of one serving process."""
     check_single_distribution()
-    engine = Engine(settings.runtime, settings.batching_settings, observer_factory=metrics.SlotMetrics)
+    # NOTE: built here, in each serving process after gunicorn's fork: the span exporter's thread is its own.
+    traces = tracing.configure(settings.node_name)
+    engine = Engine(
+        settings.runtime,
+        settings.batching_settings,
+        observer_factory=metrics.SlotMetrics,
+        tracer_factory=None if traces is None else traces.batch_tracer,
+    )
     db = make_engine(settings.sqlalchemy_url)
     sessions = session_factory(db)
     # NOTE: under gunicorn the master's `prepare` child already did this, so each worker finds nothing to do.
@@ -186,6 +196,7 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         serving_gauges=serving_gauges,
         slos=slos,
         receiver_keys=Keyring.for_settings(settings),
+        tracing=traces,
     )
     if settings.scheduler if start_scheduler is None else start_scheduler:
         scheduler = LeaderScheduler(

@@ -33,7 +33,7 @@ import numpy as np
 
 from serving import inputstats
 from serving.assembly import GroupKey, Part, group_key
-from serving.batchstats import BatcherSnapshot, BatcherStats, BatchObserver, RequestOutcome
+from serving.batchstats import BatcherSnapshot, BatcherStats, BatchObserver, BatchTracer, RequestOutcome
 from serving.errors import (
     DeadlineExceeded,
     InferenceFailed,
@@ -81,6 +81,7 @@ class Pending:
     queue_s: float = 0.0
     compute_s: float = 0.0
     batch_size: int = 0
+    trace: object | None = None  # the caller's, handed to the batcher's tracer (BatchTracer) untouched
 
 
 class Batcher:
@@ -98,6 +99,7 @@ class Batcher:
         preferred_batch_sizes: tuple[int, ...] = (),
         instances: int = 1,
         observer: BatchObserver | None = None,
+        tracer: BatchTracer | None = None,
         clock: Callable[[], float] = time.monotonic,
         name: str = "",
         input_sample_every: int = 0,
@@ -112,6 +114,7 @@ class Batcher:
         # Triton's preferred_batch_size: sizes worth dispatching before the delay, smallest first.
         self.preferred_batch_sizes = tuple(sorted({n for n in preferred_batch_sizes if n > 0}))
         self._observer = observer
+        self._tracer = tracer
         self._clock = clock
         self._queue: list[Pending] = []
         self._queued_samples = 0
@@ -198,6 +201,7 @@ class Batcher:
         *,
         caller_runs: bool = False,
         on_done: Callable[[Pending], None] | None = None,
+        trace: object | None = None,
     ) -> Pending:
         """Admit a validated request or refuse it at once (Overloaded / Unavailable).
 
@@ -206,6 +210,7 @@ class Batcher:
         With `on_done`, the request is always queued and `on_done(pending)` is called once it is
         answered (in an executor's thread, or the thread that expired it); `answer_of` then reads the
         answer. It must not block: an event loop passes one that only schedules its own wake-up.
+        `trace` is handed, with the others of its batch, to the batcher's tracer once the batch ran.
         """
         now = self._clock()
         if batch > self.max_batch_size:
@@ -225,7 +230,7 @@ class Batcher:
                     f"({self._queued_samples} of {self.max_queue_size} samples waiting)",
                     retry_after=retry,
                 )
-            pending = Pending(tensors, batch, seq_len, now, now + timeout_s)
+            pending = Pending(tensors, batch, seq_len, now, now + timeout_s, trace=trace)
             idle = not self._queue and not self._running
             self._idle_arrivals = self._idle_arrivals + 1 if idle else 0
             if caller_runs and on_done is None and idle and self._idle_arrivals > INLINE_AFTER:
@@ -528,6 +533,24 @@ class Batcher:
         self._record(batch, results, size, isolated, compute, end)
         for pending in batch:
             _answer(pending, results[pending])
+        if self._tracer is not None:  # NOTE: after the answers: no request waits for its batch's span
+            self._trace(batch, results, size, compute, isolated.extra_runs)
+
+    def _trace(
+        self,
+        batch: list[Pending],
+        results: dict[Pending, dict[str, np.ndarray] | ServingError],
+        size: int,
+        compute: float,
+        extra_runs: int,
+    ) -> None:
+        traces = [p.trace for p in batch if p.trace is not None]
+        if not traces:
+            return
+        try:
+            self._tracer.batch_ran(traces, size, compute, [_outcome(results[p]) for p in batch], extra_runs)
+        except Exception:  # a span must never fail a batch that was already answered
+            log.exception("could not trace a batch of '%s' version %s", self._spec.name, self._spec.version)
 
     def _error(self, exc: Exception) -> ServingError:
         """Turn the failure of one request run alone into the error it answers with."""

@@ -34,6 +34,19 @@ class BatchObserver(Protocol):
     def queue_changed(self, depth: int) -> None: ...
 
 
+class BatchTracer(Protocol):
+    """Told of each batch that ran with at least one traced request; the control plane makes it a span.
+
+    `traces` are the opaque values callers attached to their requests (`Engine.submit(..., trace=...)`),
+    in batch order; `outcomes` has one entry per request of the batch, traced or not. Called in the
+    thread that ran the batch, after every request of it was answered; it must not raise.
+    """
+
+    def batch_ran(
+        self, traces: list[object], size: int, compute_s: float, outcomes: list[RequestOutcome], extra_runs: int
+    ) -> None: ...
+
+
 @dataclass
 class BatcherStats:
     """Cumulative counters in the shape of Triton's statistics extension (nanoseconds).

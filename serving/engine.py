@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from serving.batching import Batcher, BatchObserver, Pending
+from serving.batching import Batcher, BatchObserver, BatchTracer, Pending
 from serving.errors import InvalidInput, ModelNotFound, Overloaded, ServingError, Unavailable, client_error_kind
 from serving.modelconfig import ModelConfig, effective_config
 from serving.predictions import labels_of
@@ -41,6 +41,8 @@ SLOTS = ("blue", "green")
 
 # Builds the observer for one loaded version; the control plane passes one that records metrics.
 ObserverFactory = Callable[[str, str, str], BatchObserver | None]
+# Builds the batch tracer of one loaded version (model, version, slot); None: no tracing (the default).
+TracerFactory = Callable[[str, str, str], BatchTracer | None]
 
 
 @dataclass
@@ -176,10 +178,12 @@ class Engine:
         batching: BatchingSettings | None = None,
         observer_factory: ObserverFactory | None = None,
         rng: random.Random | None = None,
+        tracer_factory: TracerFactory | None = None,
     ) -> None:
         self.runtime = runtime or RuntimeSettings()
         self.batching = batching or BatchingSettings()
         self._observer_factory = observer_factory
+        self._tracer_factory = tracer_factory
         self._models: dict[str, _Model] = {}
         self._lock = threading.Lock()
         self._rng = rng or random.Random()
@@ -219,6 +223,7 @@ class Engine:
             preferred_batch_sizes=config.preferred_batch_sizes,
             instances=config.instances,
             observer=observer,
+            tracer=self._tracer_factory(spec.name, spec.version, slot) if self._tracer_factory else None,
             name=f"{spec.name}-{slot}",
             input_sample_every=b.input_sample_every,
         )
@@ -507,13 +512,15 @@ class Engine:
         timeout_s: float | None = None,
         route_key: str | None = None,
         outputs: list[str] | None = None,
+        trace: object | None = None,
     ) -> Routed:
         """Validate, admit, batch and run one request, waiting for it; raise a ServingError on any refusal.
 
         `outputs` names the outputs the caller will read, so an unknown one is refused before the model runs.
+        `trace` (the caller's span, opaque here) goes to the version's batch tracer with its batch.
         """
         # NOTE: this thread waits for the answer anyway, so an idle batcher lets it run the batch itself.
-        ticket = self._submit(name, tensors, version, timeout_s, route_key, outputs, None)
+        ticket = self._submit(name, tensors, version, timeout_s, route_key, outputs, None, trace)
         return ticket.outcome(ticket.loaded.batcher.result)
 
     def submit(
@@ -526,6 +533,7 @@ class Engine:
         timeout_s: float | None = None,
         route_key: str | None = None,
         outputs: list[str] | None = None,
+        trace: object | None = None,
     ) -> Ticket:
         """Admit one request as `infer` does, without waiting: `on_done` is called once it is answered.
 
@@ -533,7 +541,7 @@ class Engine:
         must only schedule the caller's wake-up; the caller then reads the answer with `finish`, and
         at the ticket's deadline calls `expire`.
         """
-        return self._submit(name, tensors, version, timeout_s, route_key, outputs, on_done)
+        return self._submit(name, tensors, version, timeout_s, route_key, outputs, on_done, trace)
 
     def finish(self, ticket: Ticket) -> Routed:
         """Return an answered ticket's outcome, or raise its ServingError (naming its version and slot)."""
@@ -548,6 +556,7 @@ class Engine:
         route_key: str | None,
         outputs: list[str] | None,
         on_done: Callable[[Pending], None] | None,
+        trace: object | None = None,
     ) -> Ticket:
         if self._draining:
             raise Unavailable("the engine is draining and admits no new requests", retry_after=1)
@@ -562,7 +571,7 @@ class Engine:
             # A client may shorten its deadline, never lengthen it past the server's default.
             timeout = default if timeout_s is None else min(timeout_s, default)
             pending = loaded.batcher.submit(
-                tensors, batch, seq_len, timeout, caller_runs=on_done is None, on_done=on_done
+                tensors, batch, seq_len, timeout, caller_runs=on_done is None, on_done=on_done, trace=trace
             )
         except ServingError as exc:
             kind = client_error_kind(exc)

@@ -23,6 +23,7 @@ from alerts.notifiers import make_notifier
 from alerts.notifiers.base import Alert, DeliveryResult, Notification, Notifier
 from alerts.notifiers.delivery import deliver
 from alerts.states import Severity
+from controlplane import tracing
 from controlplane.alerting.notify import withdraw_muted
 from controlplane.alerting.secretbox import Keyring, open_config
 from controlplane.clock import utcnow
@@ -109,7 +110,9 @@ def deliver_due(
                 blocked.add(group)
                 continue
             tried += 1
-            outcome = _attempt(session, message, now, send, backoff_s, keys)
+            with tracing.span("alert.notification", receiver=message.receiver, message=message.id) as span:
+                outcome = _attempt(session, message, now, send, backoff_s, keys)
+                span.set_attribute("flightdeck.outcome", outcome)
             counts[outcome] += 1
             if outcome == "retrying":
                 blocked.add(group)

@@ -18,6 +18,7 @@ from controlplane.errors import Conflict, NotFound
 from controlplane.models import Deployment, SlotStatus
 from controlplane.rollout.service import Audit, active_rollout
 from controlplane.rollout.states import Slot
+from controlplane.tracing import traced
 
 
 def ensure_deployments(
@@ -36,6 +37,7 @@ def ensure_deployments(
     return created
 
 
+@traced("rollout.first_deploy", "model", "version")
 def first_deploy(session: Session, model: str, version: str, audit: Audit, now: datetime | None = None) -> Deployment:
     """Start serving a model that has no deployment: `version` in blue with all of its traffic.
 
@@ -58,6 +60,7 @@ def first_deploy(session: Session, model: str, version: str, audit: Audit, now: 
     return deployment
 
 
+@traced("rollout.undeploy", "model")
 def undeploy(session: Session, model: str, audit: Audit, now: datetime | None = None) -> dict[str, Any]:
     """Stop serving a model everywhere: its desired state goes, so every process unloads it.
 

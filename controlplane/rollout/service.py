@@ -30,6 +30,7 @@ from controlplane.rollout.states import (
     Strategy,
     transition,
 )
+from controlplane.tracing import traced
 
 # audit(session, action, target, outcome, detail): a change's 'ok' event, in its transaction. Refusals
 # raise instead; the caller records them after rolling back (rollout.api._refusals_recorded).
@@ -73,6 +74,7 @@ def deployed_check(sessions: sessionmaker[Session]) -> Callable[[str, str], bool
     return deployed
 
 
+@traced("rollout.deploy", "model", "version", "strategy")
 def deploy(
     session: Session,
     model: str,
@@ -134,6 +136,7 @@ def deploy(
     return rollout
 
 
+@traced("rollout.action", "rollout_id", "event")
 def act(
     session: Session, rollout_id: int, event: str, actor: str, audit: Audit, now: datetime | None = None
 ) -> Rollout:
@@ -213,6 +216,7 @@ def plan_rollback(
     )
 
 
+@traced("rollout.rollback", "model")
 def rollback(
     session: Session,
     model: str,
@@ -253,6 +257,7 @@ def rollback(
     return result
 
 
+@traced("rollout.reload_slot", "model", "slot")
 def reload_slot(
     session: Session, model: str, slot: str, actor: str, audit: Audit, now: datetime | None = None
 ) -> dict[str, Any]:

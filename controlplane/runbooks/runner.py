@@ -29,6 +29,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from controlplane import tracing
 from controlplane.auth import SYSTEM_ACTOR, Actor, Role, record_event
 from controlplane.auth.errors import Forbidden
 from controlplane.auth.tokens import create_token, revoke_token
@@ -413,12 +414,15 @@ class RunbookRunner:
 
     def _supervise(self, run_id: int, process: ScriptProcess, done: threading.Event) -> None:
         try:
-            outcome = process.run()
-        except Exception as exc:  # never leave a run 'running' because supervising it broke
-            log.exception("supervising runbook run %d failed", run_id)
-            outcome = ScriptResult(exit_code=None, error=f"supervision failed: {exc}")
-        try:
-            self._finish(run_id, outcome, process.timeout_s)
+            with tracing.span("runbook.run", run_id=run_id) as span:
+                try:
+                    outcome = process.run()
+                except Exception as exc:  # never leave a run 'running' because supervising it broke
+                    log.exception("supervising runbook run %d failed", run_id)
+                    outcome = ScriptResult(exit_code=None, error=f"supervision failed: {exc}")
+                if outcome.exit_code is not None:
+                    span.set_attribute("flightdeck.exit_code", outcome.exit_code)
+                self._finish(run_id, outcome, process.timeout_s)
         finally:
             with self._lock:
                 self._running.pop(run_id, None)
