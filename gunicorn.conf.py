@@ -15,6 +15,7 @@ import sys
 from gunicorn.glogging import Logger
 
 from controlplane.config import load_settings
+from controlplane.grpcfront.port import check_port_free
 from controlplane.logconfig import logging_config
 
 # NOTE: before anything is created: every file the master, the prepare child and the workers write
@@ -62,6 +63,7 @@ def on_starting(server):
     master would leave ORT's state in every forked worker, which then crashed (SIGSEGV) at exit.
     A child process keeps the master free of it.
     """
+    check_port_free(_settings)  # NOTE: the workers bind it with SO_REUSEPORT, which would share it silently
     shutil.rmtree(_prometheus_dir, ignore_errors=True)
     _prometheus_dir.mkdir(parents=True)
     subprocess.run([sys.executable, "-m", "controlplane", "prepare"], check=True)

@@ -160,6 +160,7 @@ def start_flightdeck(home: Path, overrides: dict[str, str] | None = None) -> Pee
     """Start Flightdeck as `make run` does, with its home and port changed (and `overrides`, to try settings)."""
     port = free_port()
     env = {**_clean_env(), "FLIGHTDECK_HOME": str(home), "FLIGHTDECK_HOST": "127.0.0.1", "FLIGHTDECK_PORT": str(port)}
+    env["FLIGHTDECK_GRPC_PORT"] = str(free_port())
     env.update(overrides or {})
     argv = [sys.executable, "-m", "controlplane", "serve"]
     return Peer("flightdeck", argv, env, port, home.parent / "flightdeck.log")
