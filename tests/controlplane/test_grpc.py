@@ -360,13 +360,16 @@ def test_mixed_shapes_concurrently_through_the_async_client(grpc_server: Server,
         np.testing.assert_allclose(got, mlp_run(reference, x), rtol=0, atol=1e-5)
 
 
-def test_sigterm_finishes_every_grpc_call_in_flight(tmp_path: Path, template_home: Path) -> None:
+def test_inference_auth_then_sigterm_finishes_every_grpc_call_in_flight(tmp_path: Path, template_home: Path) -> None:
+    """With FLIGHTDECK_INFERENCE_AUTH a call needs a bearer token; SIGTERM lets every call in flight finish."""
     home = copy_home(template_home, tmp_path / "home")
     port = free_port()
+    token = make_token(home, "caller", "viewer")
     server = start_server(
         home,
         {
             "FLIGHTDECK_GRPC_PORT": str(port),
+            "FLIGHTDECK_INFERENCE_AUTH": "true",
             "FLIGHTDECK_LOAD_MODELS": "textcls",
             "FLIGHTDECK_MAX_BATCH_SIZE": "1",
             "FLIGHTDECK_DRAIN_GRACE_S": "60",
@@ -377,6 +380,17 @@ def test_sigterm_finishes_every_grpc_call_in_flight(tmp_path: Path, template_hom
     lock = threading.Lock()
     client = grpcclient.InferenceServerClient(url=f"127.0.0.1:{port}")
     ids = np.ones((1, 512), dtype=np.int64)
+    for headers in (None, {"authorization": "Bearer fd_wrong"}):
+        with pytest.raises(InferenceServerException) as refused:
+            client.infer("textcls", [tensor("input_ids", ids, "INT64")], headers=headers)
+        assert refused.value.status() == "StatusCode.UNAUTHENTICATED"
+        assert "an API token is required" in refused.value.message()
+    assert client.is_server_ready() is True  # the probes stay open, as REST's
+    with pytest.raises(InferenceServerException) as metadata:
+        client.get_model_metadata("textcls")
+    assert metadata.value.status() == "StatusCode.UNAUTHENTICATED"
+    bearer = {"authorization": f"Bearer {token}"}
+    assert client.get_model_metadata("textcls", headers=bearer).name == "textcls"
 
     def done(result, error) -> None:
         with lock:
@@ -384,10 +398,11 @@ def test_sigterm_finishes_every_grpc_call_in_flight(tmp_path: Path, template_hom
 
     try:
         for _ in range(24):
-            client.async_infer(
-                "textcls", [tensor("input_ids", ids, "INT64"), tensor("attention_mask", ids, "INT64")], done
-            )
-        wait_until(lambda: "flightdeck_queue_depth" in (m := server.metrics()) and _queued(m) >= 8, 30, "a queue")
+            inputs = [tensor("input_ids", ids, "INT64"), tensor("attention_mask", ids, "INT64")]
+            client.async_infer("textcls", inputs, done, headers=bearer)
+        # Every call admitted (queued, or answered already) before the signal; the server's own account of it.
+        wait_until(lambda: _queued(server.metrics()) + len(results) >= 23, 30, "every call admitted")
+        assert _queued(server.metrics()) >= 4
         server.process.send_signal(signal.SIGTERM)
         wait_until(lambda: len(results) == 24, 60, "every call to be answered")
         assert server.process.wait(60) == 0
