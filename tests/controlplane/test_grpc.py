@@ -188,7 +188,7 @@ def test_infer_answers_equal_onnx_runtime_and_metadata_travels_both_ways(triton,
     request = service_pb2.ModelInferRequest(model_name="mlp")
     request.inputs.add(name="input", datatype="FP32", shape=[1, 64]).contents.fp32_contents.extend(x[0].tolist())
     answer, call = stub.ModelInfer.with_call(request, metadata=(("x-request-id", "trace-7"),), timeout=10)
-    sent = dict(call.initial_metadata())
+    sent = dict(call.trailing_metadata())
     assert sent["x-request-id"] == "trace-7" and sent["x-model-version"] == "1" and sent["x-model-slot"] == "blue"
     got = np.frombuffer(answer.raw_output_contents[0], dtype="<f4").reshape(1, 10)
     np.testing.assert_allclose(got, mlp_run(reference, x[:1]), rtol=0, atol=1e-5)
