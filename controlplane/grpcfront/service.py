@@ -20,6 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import grpc
 from google.protobuf import json_format
@@ -240,12 +241,12 @@ class InferenceService:
         return _parse({"models": body}, pb.RepositoryIndexResponse)
 
     async def load(self, request: pb.RepositoryModelLoadRequest, context: grpc.aio.ServicerContext) -> Message:
-        path = f"/v2/repository/models/{model_path(request.model_name, '').removeprefix('/v2/models/')}/load"
+        path = f"/v2/repository/models/{quote(request.model_name, safe='')}/load"
         await self._ok(context, "POST", path, _repository_body(request))
         return pb.RepositoryModelLoadResponse()
 
     async def unload(self, request: pb.RepositoryModelUnloadRequest, context: grpc.aio.ServicerContext) -> Message:
-        path = f"/v2/repository/models/{model_path(request.model_name, '').removeprefix('/v2/models/')}/unload"
+        path = f"/v2/repository/models/{quote(request.model_name, safe='')}/unload"
         await self._ok(context, "POST", path, _repository_body(request))
         return pb.RepositoryModelUnloadResponse()
 
