@@ -290,6 +290,34 @@ def test_a_message_over_the_size_limit_is_refused_by_grpc(triton) -> None:
     assert info.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
 
 
+def test_a_full_queue_is_unavailable_with_retry_after(grpc_server: Server) -> None:
+    """128 calls of 32 samples at once against mlp's 128-sample queue: the excess is refused at once, as REST's 429."""
+    x = np.zeros((32, 64), dtype=np.float32)
+    request = service_pb2.ModelInferRequest(model_name="mlp", raw_input_contents=[x.tobytes()])
+    request.inputs.add(name="input", datatype="FP32", shape=[32, 64])
+
+    async def run() -> list[tuple[grpc.StatusCode, str, dict]]:
+        async with grpc.aio.insecure_channel(grpc_server.grpc) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+            async def one() -> tuple[grpc.StatusCode, str, dict]:
+                call = stub.ModelInfer(request, timeout=30)
+                try:
+                    await call
+                except grpc.aio.AioRpcError:
+                    pass
+                return await call.code(), await call.details(), dict(await call.trailing_metadata() or ())
+
+            return await asyncio.gather(*(one() for _ in range(128)))
+
+    outcomes = asyncio.run(run())
+    refused = [(details, trailers) for code, details, trailers in outcomes if code == grpc.StatusCode.UNAVAILABLE]
+    assert refused and {code for code, _, _ in outcomes} <= {grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE}
+    details, trailers = refused[0]
+    assert "every queue of 'mlp' is full" in details
+    assert int(trailers["retry-after"]) >= 1 and trailers["x-request-id"]
+
+
 def test_the_clients_deadline_becomes_the_requests(triton) -> None:
     """A deadline too short for the request to run: DEADLINE_EXCEEDED, and the server counts it as a timeout."""
     ids = np.ones((8, 512), dtype=np.int64)
