@@ -291,10 +291,12 @@ def test_a_message_over_the_size_limit_is_refused_by_grpc(triton) -> None:
 
 
 def test_a_full_queue_is_unavailable_with_retry_after(grpc_server: Server) -> None:
-    """128 calls of 32 samples at once against mlp's 128-sample queue: the excess is refused at once, as REST's 429."""
-    x = np.zeros((32, 64), dtype=np.float32)
-    request = service_pb2.ModelInferRequest(model_name="mlp", raw_input_contents=[x.tobytes()])
-    request.inputs.add(name="input", datatype="FP32", shape=[32, 64])
+    """96 calls of 8 long texts at once (under the 100 streams a connection may hold) against textcls's
+    128-sample queue: the excess is refused at once, as REST's 429, never left to time out."""
+    ids = np.ones((8, 256), dtype=np.int64)
+    request = service_pb2.ModelInferRequest(model_name="textcls", raw_input_contents=[ids.tobytes(), ids.tobytes()])
+    request.inputs.add(name="input_ids", datatype="INT64", shape=[8, 256])
+    request.inputs.add(name="attention_mask", datatype="INT64", shape=[8, 256])
 
     async def run() -> list[tuple[grpc.StatusCode, str, dict]]:
         async with grpc.aio.insecure_channel(grpc_server.grpc) as channel:
@@ -308,13 +310,13 @@ def test_a_full_queue_is_unavailable_with_retry_after(grpc_server: Server) -> No
                     pass
                 return await call.code(), await call.details(), dict(await call.trailing_metadata() or ())
 
-            return await asyncio.gather(*(one() for _ in range(128)))
+            return await asyncio.gather(*(one() for _ in range(96)))
 
     outcomes = asyncio.run(run())
     refused = [(details, trailers) for code, details, trailers in outcomes if code == grpc.StatusCode.UNAVAILABLE]
     assert refused and {code for code, _, _ in outcomes} <= {grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE}
     details, trailers = refused[0]
-    assert "every queue of 'mlp' is full" in details
+    assert "every queue of 'textcls' is full" in details
     assert int(trailers["retry-after"]) >= 1 and trailers["x-request-id"]
 
 
