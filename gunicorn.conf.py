@@ -71,10 +71,11 @@ def on_starting(server):
 
 def when_ready(server):
     server.log.info(
-        "Flightdeck is running at http://%s:%s/ (Ctrl-C to stop); the console asks for a login, "
+        "Flightdeck is running at http://%s:%s/ (%s; Ctrl-C to stop); the console asks for a login, "
         "the first admin's password is in %s",
         _settings.host,
         _settings.port,
+        f"inference over gRPC on port {_settings.grpc_port}" if _settings.grpc_port else "no gRPC",
         _settings.home / "initial-admin-password",
     )
 
