@@ -34,6 +34,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     FLIGHTDECK_HOME=/var/lib/flightdeck \
     FLIGHTDECK_HOST=0.0.0.0 \
     FLIGHTDECK_PORT=8000 \
+    FLIGHTDECK_GRPC_PORT=8001 \
     FLIGHTDECK_DRAIN_GRACE_S=30
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-cache-dir --no-index /wheels/*.whl \
@@ -43,7 +44,8 @@ USER 10001:10001
 WORKDIR /var/lib/flightdeck
 # The database (SQLite unless FLIGHTDECK_DATABASE_URL names PostgreSQL), the registry, logs and secrets.
 VOLUME ["/var/lib/flightdeck"]
-EXPOSE 8000
+# HTTP (console, APIs, /v2 REST, /metrics) and the inference protocol over gRPC (tritonclient.grpc, grpc.health.v1).
+EXPOSE 8000 8001
 # gunicorn's master drains on SIGTERM: workers stop admitting, finish what they accepted within
 # FLIGHTDECK_DRAIN_GRACE_S, then exit. Give the container longer than that to stop, e.g.
 # `docker run --stop-timeout 45` or compose's `stop_grace_period: 45s`, or the drain is cut short.

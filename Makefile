@@ -47,7 +47,8 @@ test-fast: install
 
 bench: install
 	$(PY) -m bench.engine
-	$(PY) -m bench.peers --workloads mlp,textcls32,textcls128  # MLServer from .venv-mlserver/, made on first use
+	$(PY) -m bench.peers --workloads mlp,textcls32,textcls128  # MLServer from .venv-mlserver/, made on first use; JSON, binary, gRPC
+	$(PY) -m bench.grpc_transport  # what gRPC's Python server costs per call, by design (aio on uvloop, asyncio, threads)
 	$(PY) -m bench.public
 	$(PY) -m bench.history_overhead
 	$(PY) -m bench.rollout

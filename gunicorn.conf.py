@@ -15,6 +15,7 @@ import sys
 from gunicorn.glogging import Logger
 
 from controlplane.config import load_settings
+from controlplane.grpcfront.port import check_port_free
 from controlplane.logconfig import logging_config
 
 # NOTE: before anything is created: every file the master, the prepare child and the workers write
@@ -71,6 +72,7 @@ def on_starting(server):
     master would leave ORT's state in every forked worker, which then crashed (SIGSEGV) at exit.
     A child process keeps the master free of it.
     """
+    check_port_free(_settings)  # NOTE: the workers bind it with SO_REUSEPORT, which would share it silently
     shutil.rmtree(_prometheus_dir, ignore_errors=True)
     _prometheus_dir.mkdir(parents=True)
     prepared = subprocess.run([sys.executable, "-m", "controlplane", "prepare"], check=False)
@@ -88,10 +90,11 @@ def when_ready(server):
         else "sign in with an existing user (no first-admin password was written on this node)"
     )
     server.log.info(
-        "Flightdeck is running at http://%s:%s/ (node %s; Ctrl-C to stop); the console asks for a login, %s",
+        "Flightdeck is running at http://%s:%s/ (node %s; %s; Ctrl-C to stop); the console asks for a login, %s",
         _settings.host,
         _settings.port,
         _settings.node_name,
+        f"inference over gRPC on port {_settings.grpc_port}" if _settings.grpc_port else "no gRPC",
         where,
     )
 

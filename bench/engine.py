@@ -163,7 +163,7 @@ class Server(ServerProcess):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("FLIGHTDECK_", "PROMETHEUS_MULTIPROC"))}
         env.update(
             FLIGHTDECK_HOME=str(home), FLIGHTDECK_HOST="127.0.0.1", FLIGHTDECK_PORT=str(port),
-            FLIGHTDECK_LOG_SAMPLE_RATE="0", FLIGHTDECK_DEMO_MODELS="false",
+            FLIGHTDECK_LOG_SAMPLE_RATE="0", FLIGHTDECK_DEMO_MODELS="false", FLIGHTDECK_GRPC_PORT="0",
             # NOTE: one worker unless asked: this bench probes one worker's CPU, RSS and statistics.
             **{"FLIGHTDECK_WORKERS": "1", **(overrides or {})},
         )  # fmt: skip

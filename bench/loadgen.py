@@ -62,10 +62,14 @@ class Result:
 
 def drive(
     port: int, path: str, body: bytes, concurrency: int, warmup_s: float, seconds: float,
-    probe: Callable[[], dict[str, Any]], timeout_s: float = 120,
+    probe: Callable[[], dict[str, Any]], timeout_s: float = 120, generator: str = "bench.loadgen",
+    extra: tuple[str, ...] = (),
 ) -> Result:  # fmt: skip
-    """Run the load generator against 127.0.0.1:`port`, calling `probe` right as its window opens and closes."""
-    argv = [sys.executable, "-m", "bench.loadgen", "--port", str(port), "--path", path]
+    """Run the load generator against 127.0.0.1:`port`, calling `probe` right as its window opens and closes.
+
+    `generator` is this module, or one speaking its protocol on stdout (bench.grpcload); `extra`, more arguments.
+    """
+    argv = [sys.executable, "-m", generator, "--port", str(port), "--path", path, *extra]
     argv += ["--concurrency", str(concurrency), "--warmup", str(warmup_s), "--seconds", str(seconds)]
     child = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -101,9 +105,14 @@ def _expect(child: subprocess.Popen[bytes], line: bytes, prefix: bytes) -> None:
         raise RuntimeError(f"bench.loadgen said {line[:200]!r}, not {prefix!r}...; stderr:\n{err.decode()[-4000:]}")
 
 
-def encode_request(port: int, path: str, body: bytes) -> bytes:
-    """Return the whole HTTP/1.1 request, head and body, that every connection sends."""
+def encode_request(port: int, path: str, body: bytes, header_length: int | None = None) -> bytes:
+    """Return the whole HTTP/1.1 request, head and body, that every connection sends.
+
+    `header_length`: the body is the binary tensor extension's, its JSON part this long.
+    """
     head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+    if header_length is not None:
+        head += f"Inference-Header-Content-Length: {header_length}\r\n"
     return f"{head}Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body
 
 
@@ -155,6 +164,14 @@ class Recorder:
         """Stop the run: a count that went on would be wrong."""
         if not self.failed.done():
             self.failed.set_result(message)
+
+    def result(self, window: tuple[float, float]) -> dict[str, Any]:
+        """The JSON result: the window's statuses and latencies, its length and CPU, and every response's status."""
+        seconds, cpu = window
+        return {
+            "statuses": self.statuses, "latencies": self.latencies, "seconds": seconds, "cpu_s": cpu,
+            "total": self.total,
+        }  # fmt: skip
 
     async def wait(self, seconds: float) -> None:
         """Sleep `seconds`; raise SystemExit at once if the run failed."""
@@ -253,20 +270,15 @@ async def keep_calling(port: int, request: bytes, recorder: Recorder, live: set[
 
 
 async def generate(
-    port: int, path: str, body: bytes, concurrency: int, warmup_s: float, seconds: float, drain_s: float = 60
+    port: int, path: str, body: bytes, concurrency: int, warmup_s: float, seconds: float, drain_s: float = 60,
+    header_length: int | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Warm up, print START, record for `seconds`, print END, let the requests in flight finish; return the result."""
     recorder = Recorder()
     live: set[Connection] = set()
-    request = encode_request(port, path, body)
+    request = encode_request(port, path, body, header_length)
     tasks = [asyncio.create_task(keep_calling(port, request, recorder, live)) for _ in range(concurrency)]
-    await recorder.wait(warmup_s)
-    # NOTE: no callback runs between opening the window and reading the clocks: its edges are exact.
-    recorder.open, start, cpu = True, time.perf_counter(), time.process_time()
-    _say(f"START {start:.6f}")
-    await recorder.wait(seconds)
-    recorder.open, recorder.draining, end, cpu = False, True, time.perf_counter(), time.process_time() - cpu
-    _say(f"END {end:.6f}")
+    window = await measure_window(recorder, warmup_s, seconds)
     for conn in list(live):
         if not conn.in_flight:
             conn.close()  # waiting out a backoff
@@ -276,10 +288,19 @@ async def generate(
     for conn in list(live):
         conn.close()
     await recorder.wait(0)  # a response it could not parse while draining: `total` would be wrong
-    return {
-        "statuses": recorder.statuses, "latencies": recorder.latencies, "seconds": end - start, "cpu_s": cpu,
-        "total": recorder.total,
-    }  # fmt: skip
+    return recorder.result(window)
+
+
+async def measure_window(recorder: Recorder, warmup_s: float, seconds: float) -> tuple[float, float]:
+    """Warm up, open the window (START), record for `seconds`, close it (END); return its length and this process's CPU."""
+    await recorder.wait(warmup_s)
+    # NOTE: no callback runs between opening the window and reading the clocks: its edges are exact.
+    recorder.open, start, cpu = True, time.perf_counter(), time.process_time()
+    _say(f"START {start:.6f}")
+    await recorder.wait(seconds)
+    recorder.open, recorder.draining, end, cpu = False, True, time.perf_counter(), time.process_time() - cpu
+    _say(f"END {end:.6f}")
+    return end - start, cpu
 
 
 def _say(line: str) -> None:
@@ -290,17 +311,28 @@ def _say(line: str) -> None:
     sys.stdout.flush()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run one closed loop on the body read from stdin; print START, END and the JSON result."""
-    p = argparse.ArgumentParser(prog="python -m bench.loadgen", description=__doc__.split("\n\n")[0])
+def arguments(prog: str, doc: str, path: str | None = None) -> argparse.ArgumentParser:
+    """The arguments every load generator speaking this protocol takes (`path`: the default of --path)."""
+    p = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
     p.add_argument("--port", type=int, required=True)
-    p.add_argument("--path", required=True)
-    p.add_argument("--concurrency", type=int, default=1, help="keep-alive connections, one request in flight each")
+    p.add_argument("--path", required=path is None, default=path)
+    p.add_argument("--concurrency", type=int, default=1, help="callers, one request in flight each")
     p.add_argument("--warmup", type=float, default=1.0, help="seconds before the window opens")
     p.add_argument("--seconds", type=float, default=4.0, help="the window's length")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one closed loop on the body read from stdin; print START, END and the JSON result."""
+    p = arguments("python -m bench.loadgen", __doc__)
+    p.add_argument("--header-length", type=int, help="the body is the binary tensor extension's, its JSON this long")
     args = p.parse_args(argv)
     body = sys.stdin.buffer.read()
-    result = uvloop.run(generate(args.port, args.path, body, args.concurrency, args.warmup, args.seconds))
+    result = uvloop.run(
+        generate(
+            args.port, args.path, body, args.concurrency, args.warmup, args.seconds, header_length=args.header_length
+        )
+    )
     _say(json.dumps(result, separators=(",", ":")))
     return 0
 

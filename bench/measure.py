@@ -89,6 +89,32 @@ def request_body(tensors: dict[str, np.ndarray], spec: ModelSpec) -> bytes:
     return json.dumps({"inputs": inputs}).encode()
 
 
+def binary_request_body(tensors: dict[str, np.ndarray], spec: ModelSpec) -> tuple[bytes, int]:
+    """Encode tensors with the binary tensor extension; return the body and its JSON part's length."""
+    inputs, chunks = [], []
+    for t in spec.inputs:
+        raw = np.ascontiguousarray(tensors[t.name]).astype(t.dtype.newbyteorder("<"), copy=False).tobytes()
+        shape = list(tensors[t.name].shape)
+        inputs.append(
+            {"name": t.name, "shape": shape, "datatype": t.datatype, "parameters": {"binary_data_size": len(raw)}}
+        )
+        chunks.append(raw)
+    header = json.dumps({"inputs": inputs, "parameters": {"binary_data_output": True}}).encode()
+    return header + b"".join(chunks), len(header)
+
+
+def grpc_request(tensors: dict[str, np.ndarray], spec: ModelSpec, model: str) -> bytes:
+    """Encode tensors as a serialized ModelInferRequest, every input in raw_input_contents (as tritonclient sends)."""
+    from controlplane.grpcfront import oip_pb2
+
+    request = oip_pb2.ModelInferRequest(model_name=model)
+    for t in spec.inputs:
+        array = np.ascontiguousarray(tensors[t.name])
+        request.inputs.add(name=t.name, datatype=t.datatype, shape=array.shape)
+        request.raw_input_contents.append(array.astype(t.dtype.newbyteorder("<"), copy=False).tobytes())
+    return request.SerializeToString()
+
+
 def percentile_ms(latencies: list[float], q: float) -> float:
     """Return the q-th percentile of latencies (seconds) in milliseconds; NaN when there are none."""
     return float(np.percentile(latencies, q)) * 1000 if latencies else math.nan

@@ -5,13 +5,15 @@ HOME, a free loopback port), (b) the naive Flask + gunicorn peer (bench.naive_se
 `session.run` per request) and (c) MLServer 1.7 with adaptive batching (serving/peers: its own
 `.venv-mlserver/`, created on first use; a custom ONNX Runtime runtime; as many inference workers as
 Flightdeck has workers) on the very .onnx files Flightdeck's registry holds, with the same ONNX
-Runtime settings. All are driven closed-loop over HTTP with batch-1 OIP JSON requests, cell by
-cell and alternating the servers' order, then stopped. `--no-mlserver` leaves MLServer out; so does
+Runtime settings. All are driven closed-loop with batch-1 requests, cell by cell and alternating the
+servers' order, then stopped: OIP JSON over HTTP (every server), the binary tensor extension
+(Flightdeck: `flightdeck-bin`), and ModelInfer over gRPC with raw_input_contents (Flightdeck and
+MLServer: `*-grpc`, driven by bench.grpcload, a channel per caller); `--protocols` chooses. `--no-mlserver` leaves MLServer out; so does
 a venv that cannot be created (no network), with one line saying so.
 
     python -m bench.peers [--workloads mlp,textcls32] [--concurrency 1,32] [--seconds 4] [--idle 10]
                                   [--no-mlserver] [--flightdeck-env FLIGHTDECK_WORKERS=1 ...] [--json PATH]
-                                  [--client async|threads]
+                                  [--client async|threads] [--protocols json,binary,grpc] [--no-naive]
 
 Before any load it waits for every Flightdeck worker to have loaded its models (keep-alive
 connections opened earlier would all stay on the first worker), then prints each process's idle
@@ -46,8 +48,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.grpcload import MODEL_INFER
 from bench.loadgen import Result, drive
-from bench.measure import CLK_TCK, Window, closed_loop, percentile_ms, request_body, sample_inputs
+from bench.measure import (
+    CLK_TCK,
+    Window,
+    binary_request_body,
+    closed_loop,
+    grpc_request,
+    percentile_ms,
+    request_body,
+    sample_inputs,
+)
 from bench.peerservers import mlserver_peer
 from bench.process import ROOT, ServerProcess, free_port
 from serving.engine import read_manifest
@@ -115,7 +127,9 @@ def idle_cpu(peer: Peer, seconds: float) -> dict[str, float]:
 
 
 class Peer(ServerProcess):
-    """A server process started by the benchmark, with keep-alive clients of its own."""
+    """A server process started by the benchmark, with keep-alive clients of its own; `grpc_port` when it speaks gRPC."""
+
+    grpc_port: int | None = None
 
     def client(self, path: str, body: bytes) -> Client:
         """Return a call POSTing `body` to this server over its own keep-alive connection."""
@@ -160,9 +174,12 @@ def start_flightdeck(home: Path, overrides: dict[str, str] | None = None) -> Pee
     """Start Flightdeck as `make run` does, with its home and port changed (and `overrides`, to try settings)."""
     port = free_port()
     env = {**_clean_env(), "FLIGHTDECK_HOME": str(home), "FLIGHTDECK_HOST": "127.0.0.1", "FLIGHTDECK_PORT": str(port)}
+    env["FLIGHTDECK_GRPC_PORT"] = str(free_port())
     env.update(overrides or {})
     argv = [sys.executable, "-m", "controlplane", "serve"]
-    return Peer("flightdeck", argv, env, port, home.parent / "flightdeck.log")
+    peer = Peer("flightdeck", argv, env, port, home.parent / "flightdeck.log")
+    peer.grpc_port = int(env["FLIGHTDECK_GRPC_PORT"]) or None
+    return peer
 
 
 def wait_all_workers(peer: Peer, home: Path, timeout_s: float = 180) -> int:
@@ -219,7 +236,9 @@ def start_mlserver(venv: Path, models: dict[str, Path], workers: int, folder: Pa
     adaptive, ort_settings = mlserver_settings()
     repository = mlserver_peer.write_repository(folder, models, ports, workers, adaptive, ort_settings)
     argv, env = mlserver_peer.command(venv, repository)
-    return Peer("mlserver", argv, env, ports["http_port"], folder.parent / "mlserver.log", cwd=repository)
+    peer = Peer("mlserver", argv, env, ports["http_port"], folder.parent / "mlserver.log", cwd=repository)
+    peer.grpc_port = ports["grpc_port"]
+    return peer
 
 
 def wait_models_ready(peer: Peer, names: list[str], timeout_s: float = 180) -> None:
@@ -242,19 +261,41 @@ def registry_models(home: Path, names: set[str]) -> dict[str, Path]:
     return found
 
 
+@dataclass(frozen=True)
+class Bodies:
+    """One workload's request in each form: OIP JSON, the binary tensor extension (and its JSON part's length), gRPC."""
+
+    json: bytes
+    binary: bytes
+    header_length: int
+    grpc: bytes
+
+
+PROTOCOLS = {"json": "", "binary": "-bin", "grpc": "-grpc"}  # the protocol and the suffix of its cells' server name
+
+
 def measure(
-    peer: Peer, workload: str, model: str, body: bytes, concurrency: int, warmup_s: float, seconds: float,
-    client: str = "async",
+    peer: Peer, workload: str, model: str, bodies: Bodies, concurrency: int, warmup_s: float, seconds: float,
+    client: str = "async", protocol: str = "json",
 ) -> Cell:  # fmt: skip
-    """Drive one server closed-loop (bench.loadgen, or `client="threads"`: http.client threads) and summarise."""
+    """Drive one server closed-loop (bench.loadgen, bench.grpcload, or `client="threads"`) and summarise."""
     load1 = os.getloadavg()[0]
     path = f"/v2/models/{model}/infer"
 
     def probe() -> dict[str, Any]:
         return {"t": time.perf_counter(), "cpu": tree_cpu_s(peer.process.pid)}
 
+    body = bodies.json
     w: Window | Result
-    if client == "async":
+    if protocol == "grpc":
+        assert peer.grpc_port is not None
+        w = drive(
+            peer.grpc_port, MODEL_INFER, bodies.grpc, concurrency, warmup_s, seconds, probe, generator="bench.grpcload"
+        )
+    elif protocol == "binary":
+        extra = ("--header-length", str(bodies.header_length))
+        w = drive(peer.port, path, bodies.binary, concurrency, warmup_s, seconds, probe, extra=extra)
+    elif client == "async":
         w = drive(peer.port, path, body, concurrency, warmup_s, seconds, probe)
     else:
         calls = [peer.client(path, body) for _ in range(concurrency)]
@@ -266,7 +307,7 @@ def measure(
     ok = w.statuses.get(200, 0)
     cpu = w.delta("cpu")
     return Cell(
-        workload, concurrency, peer.name, ok / w.seconds, percentile_ms(w.latencies, 50), percentile_ms(w.latencies, 99),
+        workload, concurrency, peer.name + PROTOCOLS[protocol], ok / w.seconds, percentile_ms(w.latencies, 50), percentile_ms(w.latencies, 99),
         1e6 * cpu / ok if ok else math.nan, cpu / w.delta("t"), sum(n for s, n in w.statuses.items() if s != 200), load1,
     )  # fmt: skip
 
@@ -286,6 +327,25 @@ def print_table(cells: list[Cell]) -> None:
             if fd and other and other.rps:
                 print(f"{workload:<11}{concurrency:>4}  req/s x{fd.rps / other.rps:.2f}"
                       f"   p50 {fd.p50_ms - other.p50_ms:+.2f} ms   CPU/req x{fd.cpu_us / other.cpu_us:.2f}")  # fmt: skip
+    for mine, other_name in GRPC_PAIRS:
+        pairs = [
+            (w, c, by_key[(w, c, mine)], by_key[(w, c, other_name)])
+            for w, c in dict.fromkeys((c.workload, c.concurrency) for c in cells)
+            if (w, c, mine) in by_key and (w, c, other_name) in by_key and by_key[(w, c, other_name)].rps
+        ]
+        if pairs:
+            print(f"\n{mine} ÷ {other_name} (req/s ratio; p50 difference; CPU per request ratio)")
+        for workload, concurrency, fd, other in pairs:
+            print(f"{workload:<11}{concurrency:>4}  req/s x{fd.rps / other.rps:.2f}"
+                  f"   p50 {fd.p50_ms - other.p50_ms:+.2f} ms   CPU/req x{fd.cpu_us / other.cpu_us:.2f}")  # fmt: skip
+
+
+# The issue's goals for gRPC: >= REST binary at c=32, >= 2x MLServer's gRPC, c=1 p50 within 0.2 ms of REST.
+GRPC_PAIRS = [
+    ("flightdeck-grpc", "flightdeck-bin"),
+    ("flightdeck-grpc", "flightdeck"),
+    ("flightdeck-grpc", "mlserver-grpc"),
+]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -303,6 +363,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--flightdeck-env", action="append", default=[], metavar="FLIGHTDECK_X=VALUE",
                    help="run Flightdeck with this setting changed (repeatable); the defaults otherwise")  # fmt: skip
     p.add_argument("--json", type=Path, help="also write the cells as JSON here")
+    p.add_argument("--protocols", default="json,binary,grpc",
+                   help="comma-separated, of json (every server), binary (Flightdeck), grpc (Flightdeck, MLServer)")  # fmt: skip
+    p.add_argument("--no-naive", action="store_true", help="leave the naive server out")
     p.add_argument("--client", choices=["async", "threads"], default="async",
                    help="async: bench.loadgen in its own process; threads: the old http.client threads")  # fmt: skip
     return p.parse_args(argv)
@@ -315,6 +378,11 @@ def run(args: argparse.Namespace) -> list[Cell]:
     if unknown:
         raise SystemExit(f"unknown workloads {sorted(unknown)}; choose from {', '.join(WORKLOADS)}")
     concurrencies = [int(c) for c in args.concurrency.split(",") if c]
+    protocols = [p for p in args.protocols.split(",") if p]
+    if set(protocols) - set(PROTOCOLS):
+        raise SystemExit(
+            f"unknown protocols {sorted(set(protocols) - set(PROTOCOLS))}; choose from {', '.join(PROTOCOLS)}"
+        )
     cells: list[Cell] = []
     # NOTE: before Flightdeck starts, so that a first pip install does not run during its measurements.
     venv = None if args.no_mlserver else mlserver_peer.ensure_venv()
@@ -333,25 +401,38 @@ def run(args: argparse.Namespace) -> list[Cell]:
                       + ", ".join(f"{k} {v:.2f}" for k, v in idle.items()), flush=True)  # fmt: skip
             folders = registry_models(Path(tmp) / "home", {WORKLOADS[w][0] for w in workloads})
             models = {name: folder / "model.onnx" for name, folder in folders.items()}
-            peers.append(start_naive(models, args.naive_workers, args.naive_threads, Path(tmp) / "naive.log"))
-            peers[1].wait_ready()
+            if not args.no_naive:
+                peers.append(start_naive(models, args.naive_workers, args.naive_threads, Path(tmp) / "naive.log"))
+                peers[-1].wait_ready()
             if venv is not None:
                 peers.append(start_mlserver(venv, models, workers, Path(tmp) / "mlserver"))
-                wait_models_ready(peers[2], list(models))
+                wait_models_ready(peers[-1], list(models))
                 adaptive, _ = mlserver_settings()
                 print(f"MLServer: {workers} inference worker(s), adaptive batching {adaptive}", flush=True)
             for i, (workload, concurrency) in enumerate((w, c) for w in workloads for c in concurrencies):
                 model, seq_len = WORKLOADS[workload]
                 spec = ModelSpec.from_manifest(read_manifest(folders[model]))
-                body = request_body(sample_inputs(spec, 1, seq_len), spec)
-                for peer in peers if i % 2 == 0 else peers[::-1]:  # alternate, so drift hits both alike
+                inputs = sample_inputs(spec, 1, seq_len)
+                binary, header_length = binary_request_body(inputs, spec)
+                bodies = Bodies(request_body(inputs, spec), binary, header_length, grpc_request(inputs, spec, model))
+                runs = [(peer, protocol) for peer in peers for protocol in protocols if _speaks(peer, protocol)]
+                for peer, protocol in runs if i % 2 == 0 else runs[::-1]:  # alternate, so drift hits all alike
                     cells.append(
-                        measure(peer, workload, model, body, concurrency, args.warmup, args.seconds, args.client)
+                        measure(
+                            peer, workload, model, bodies, concurrency, args.warmup, args.seconds, args.client, protocol
+                        )
                     )
         finally:
             for peer in peers:
                 peer.stop()
     return cells
+
+
+def _speaks(peer: Peer, protocol: str) -> bool:
+    """Whether the benchmark drives `peer` over `protocol`: JSON all, binary Flightdeck, gRPC those with a port."""
+    if protocol == "binary":
+        return peer.name == "flightdeck"
+    return protocol == "json" or peer.grpc_port is not None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,7 +3,7 @@
 gunicorn runs this ASGI app in `controlplane.worker.FlightdeckWorker` (uvicorn's HTTP parser in C,
 on uvloop). `POST /v2/models/<name>[/versions/<version>]/infer` is read, decoded, queued in the
 engine's batcher, awaited and written here, on the loop: no thread per request and no hand-off
-but the batcher's own (the batcher wakes the loop once per answered request; see `_run`). The
+but the batcher's own (the batcher wakes the loop once per answered request; see `inference.run_on_loop`). The
 same `inference.Call` as the Flask view does the decoding, answering, counting and logging, so
 the two answer alike. Every other request goes to the Flask app through a2wsgi's thread pool
 (`FLIGHTDECK_THREADS` threads), and so do inference requests it cannot answer exactly as Flask
@@ -23,7 +23,6 @@ import asyncio
 import json
 import logging
 import re
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -33,10 +32,9 @@ from flask import Flask
 
 from controlplane import context
 from controlplane.httpprotocol import TIMED_OUT
-from controlplane.inference import Answer, Call, too_many_values
+from controlplane.inference import Answer, Call, run_on_loop, too_many_values
 from controlplane.requestid import request_id_from
 from serving.codec import HEADER_LENGTH
-from serving.engine import Routed
 from serving.errors import PayloadTooLarge, ServingError
 
 if TYPE_CHECKING:
@@ -63,6 +61,7 @@ class Front:
     """ASGI app: inference on the event loop, the rest to Flask (see the module's docstring)."""
 
     def __init__(self, flask_app: Flask) -> None:
+        self.flask_app = flask_app
         self.services: Services = context.app_services(flask_app)
         threads = self.services.settings.http_threads
         self.flask = WSGIMiddleware(_input_terminated(flask_app.wsgi_app), workers=threads)
@@ -144,7 +143,7 @@ class Front:
                     routing = await asyncio.get_running_loop().run_in_executor(self._decoder, call.decode, body)
                 else:
                     routing = call.decode(body)
-                answer = call.succeeded(await _run(services, name, routing))
+                answer = call.succeeded(await run_on_loop(services.engine, name, routing))
             except ServingError as exc:
                 answer = call.refused(exc)
                 if isinstance(exc, PayloadTooLarge):  # NOTE: the rest of its body is not read: the connection ends
@@ -172,34 +171,6 @@ class Front:
             }
         )
         await send({"type": "http.response.body", "body": answer.body})
-
-
-async def _run(services: Services, name: str, routing: dict[str, Any]) -> Routed:
-    """Queue the request in the engine and wait for it without blocking the loop; refuse it at its deadline."""
-    loop = asyncio.get_running_loop()
-    answered = loop.create_future()
-
-    def on_done(_pending: object) -> None:  # in the executor's thread
-        try:
-            loop.call_soon_threadsafe(_wake, answered)
-        except RuntimeError:  # the loop has closed (the worker stopped): nobody waits for this answer
-            pass
-
-    engine = services.engine
-    ticket = engine.submit(name, on_done=on_done, **routing)
-    # NOTE: the batcher's own clock is time.monotonic, as is the loop's; a request still queued at its
-    # deadline is refused then, as a waiting thread would refuse it (Batcher.result).
-    timer = loop.call_later(max(0.0, ticket.pending.deadline - time.monotonic()), ticket.expire)
-    try:
-        await answered
-    finally:
-        timer.cancel()
-    return engine.finish(ticket)
-
-
-def _wake(answered: asyncio.Future[None]) -> None:
-    if not answered.done():
-        answered.set_result(None)
 
 
 async def read_body(receive: Receive, length: str | None, limit: int, max_values: int | None = None) -> bytes:

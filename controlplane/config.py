@@ -140,6 +140,19 @@ class Settings(BaseSettings):
     )
     host: str = _setting("127.0.0.1", "Address gunicorn binds.", min_length=1)
     port: int = _setting(8000, "Port gunicorn binds.", ge=1, le=65535)
+    grpc_port: int = _setting(
+        8001,
+        "Port of the Open Inference Protocol over gRPC (inference.GRPCInferenceService, grpc.health.v1), on "
+        "FLIGHTDECK_HOST, served by every worker (SO_REUSEPORT); 0 turns it off.",
+        ge=0,
+        le=65535,
+    )
+    grpc_max_streams: int = _setting(
+        100,
+        "Concurrent gRPC calls one connection may hold (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); a client needing "
+        "more opens more connections, and past gunicorn's worker_connections calls in all a worker refuses more.",
+        ge=1,
+    )
     workers: int = _setting(
         0,
         "gunicorn worker processes (0: one per CPU core, at most 4). Each holds its own engine and its own copy "

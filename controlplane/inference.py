@@ -17,18 +17,19 @@ each caller answers it as the app's handler for unexpected errors does.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from werkzeug.wsgi import get_content_length, get_input_stream
 
 from controlplane import metrics
 from controlplane.config import Settings
 from controlplane.requestlog import log_request
-from serving.codec import HEADER_LENGTH, InferRequest, decode_request, encode_response, select_outputs
+from serving.codec import HEADER_LENGTH, InferRequest, OutputRequest, decode_request, encode_response, select_outputs
 from serving.engine import Engine, Routed
 from serving.errors import InvalidInput, Overloaded, PayloadTooLarge, ServingError, client_error_kind
 
@@ -40,6 +41,7 @@ BINARY = "application/octet-stream"
 
 HeaderLookup = Callable[[str], "str | None"]  # a header's value by its name, None when absent
 BodyReader = Callable[[int], bytes]  # reads the whole body, raising PayloadTooLarge over the given limit
+Encoded = TypeVar("Encoded")
 
 
 @dataclass(slots=True)
@@ -148,10 +150,14 @@ class Call:
 
     def decode(self, body: bytes) -> dict[str, Any]:
         """Decode the body; return the keyword arguments of `engine.infer` (and `submit`) after the model's name."""
+        return self.decode_with(lambda: self._decode(body))
+
+    def decode_with(self, decode: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """Run `decode` (ending in `accept`) as the request's decode step: a transport's own decoder (gRPC's)."""
         if self.trace is None:
-            return self._decode(body)
+            return decode()
         with self.trace.step("decode"):
-            routing = self._decode(body)
+            routing = decode()
         if self.trace.recording:  # the batch that runs it will be linked to its span
             routing["trace"] = self.trace.span_context
             self.trace.queued()
@@ -165,20 +171,45 @@ class Call:
         # counted in C at memchr speed before the parse, which holds the GIL for as long as it takes.
         if len(body) > limit and body.count(b",", 0, json_length) >= limit:
             raise too_many_values(limit)
-        self.decoded = decoded = decode_request(body, json_length)
+        return self.accept(decode_request(body, json_length), decode_started)
+
+    def accept(self, decoded: InferRequest, decode_started: int, deadline_s: float | None = None) -> dict[str, Any]:
+        """Take a decoded request (`decode_started` from perf_counter_ns); return `engine.infer`'s keyword arguments.
+
+        `deadline_s`, the seconds the transport's own deadline leaves (gRPC's), shortens the request's as
+        its `timeout` parameter would.
+        """
+        self.decoded = decoded
         self.decode_ns = time.perf_counter_ns() - decode_started
         self.decode_ms = (time.perf_counter() - self.started) * 1000  # the body's reading included
         timeout_us = decoded.timeout_us
+        timeout_s = None if timeout_us is None else timeout_us / 1e6
+        if deadline_s is not None:
+            timeout_s = deadline_s if timeout_s is None else min(timeout_s, deadline_s)
         return {
             "tensors": decoded.tensors,
             "version": self.record["version"],
-            "timeout_s": None if timeout_us is None else timeout_us / 1e6,
+            "timeout_s": timeout_s,
             "route_key": self.header("X-Route-Key"),
             "outputs": None if decoded.outputs is None else [o.name for o in decoded.outputs],
         }
 
     def succeeded(self, routed: Routed) -> Answer:
         """Encode the outputs the request asked for; count the codec time; the 200 answer."""
+        decoded = self.decoded
+        assert decoded is not None  # decode ran before the engine could answer
+        body, json_length = self.encode(
+            routed, lambda wanted: encode_response(self.name, routed.version, decoded.id, routed.outputs, wanted)
+        )
+        answer = Answer(200, body, JSON if json_length is None else BINARY)
+        if json_length is not None:
+            answer.headers.append((HEADER_LENGTH, str(json_length)))
+        answer.headers.append(("X-Model-Version", routed.version))
+        answer.headers.append(("X-Model-Slot", routed.slot))
+        return answer
+
+    def encode(self, routed: Routed, encoder: Callable[[list[OutputRequest]], Encoded]) -> Encoded:
+        """Record the answer's routing and times, encode the outputs asked for with `encoder`, count the codec time."""
         decoded = self.decoded
         assert decoded is not None  # decode ran before the engine could answer
         record = self.record
@@ -190,23 +221,16 @@ class Call:
         )
         encode_started = time.perf_counter_ns()
         if self.trace is None:
-            wanted = select_outputs(decoded, list(routed.outputs))
-            body, json_length = encode_response(self.name, routed.version, decoded.id, routed.outputs, wanted)
+            encoded = encoder(select_outputs(decoded, list(routed.outputs)))
         else:
             self.trace.routed(
                 self.name, routed.version, routed.slot, routed.batch_size, routed.queue_s, routed.compute_s
             )
             with self.trace.step("encode"):
-                wanted = select_outputs(decoded, list(routed.outputs))
-                body, json_length = encode_response(self.name, routed.version, decoded.id, routed.outputs, wanted)
+                encoded = encoder(select_outputs(decoded, list(routed.outputs)))
         _record_codec(self.engine, self.name, routed, self.decode_ns, time.perf_counter_ns() - encode_started)
-        answer = Answer(200, body, JSON if json_length is None else BINARY)
-        if json_length is not None:
-            answer.headers.append((HEADER_LENGTH, str(json_length)))
-        answer.headers.append(("X-Model-Version", routed.version))
-        answer.headers.append(("X-Model-Slot", routed.slot))
         self.status = 200
-        return answer
+        return encoded
 
     def refused(self, exc: ServingError) -> Answer:
         """Answer a ServingError in the protocol's form; count an invalid request."""
@@ -268,3 +292,30 @@ def _record_codec(engine: Engine, name: str, routed: Routed, decode_ns: int, enc
             loaded.batcher.record_codec(decode_ns, encode_ns)
             return
     # NOTE: a version unloaded while this request was encoded has no statistics left to count in.
+
+
+async def run_on_loop(engine: Engine, name: str, routing: dict[str, Any]) -> Routed:
+    """Queue the request in the engine and wait for it without blocking the loop; refuse it at its deadline."""
+    loop = asyncio.get_running_loop()
+    answered = loop.create_future()
+
+    def on_done(_pending: object) -> None:  # in the executor's thread
+        try:
+            loop.call_soon_threadsafe(_wake, answered)
+        except RuntimeError:  # the loop has closed (the worker stopped): nobody waits for this answer
+            pass
+
+    ticket = engine.submit(name, on_done=on_done, **routing)
+    # NOTE: the batcher's own clock is time.monotonic, as is the loop's; a request still queued at its
+    # deadline is refused then, as a waiting thread would refuse it (Batcher.result).
+    timer = loop.call_later(max(0.0, ticket.pending.deadline - time.monotonic()), ticket.expire)
+    try:
+        await answered
+    finally:
+        timer.cancel()
+    return engine.finish(ticket)
+
+
+def _wake(answered: asyncio.Future[None]) -> None:
+    if not answered.done():
+        answered.set_result(None)

@@ -27,6 +27,7 @@ import functools
 import logging
 import os
 import signal
+import socket
 import sys
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -40,18 +41,31 @@ from controlplane.looplag import watch_loop_lag
 
 if TYPE_CHECKING:
     from controlplane.config import Settings
+    from controlplane.grpcfront.server import GrpcFront
+    from controlplane.services import Services
 
 HOOK_TIME_S = 2  # of gunicorn's graceful timeout, kept for the worker_exit hook
 
 
 class DrainingServer(Server):
-    """uvicorn's server, telling the app to stop admitting the moment a stop signal arrives."""
+    """uvicorn's server, telling the app (and the gRPC server) to stop admitting the moment a stop signal arrives."""
+
+    grpc_front: GrpcFront | None = None
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         begin_drain = getattr(self.config.app, "begin_drain", None)
         if begin_drain is not None:
             begin_drain()
+        if self.grpc_front is not None:
+            self.grpc_front.request_drain(self.config.timeout_graceful_shutdown or 0)
         super().handle_exit(sig, frame)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().shutdown(sockets)
+        # NOTE: here, not after serve(): uvicorn raises the stop signal again once serve() ends, and our
+        # handler exits then. gRPC's calls in flight had the same grace as HTTP's, from the same signal.
+        if self.grpc_front is not None:
+            await self.grpc_front.stopped(self.config.timeout_graceful_shutdown or 0)
 
 
 class FlightdeckWorker(UvicornWorker):
@@ -90,10 +104,13 @@ class FlightdeckWorker(UvicornWorker):
         # As UvicornWorker._serve, with the draining server.
         self.config.app = self.wsgi
         services = getattr(self.wsgi, "services", None)
+        grpc_front = None
         if services is not None:
             self._limit_connections(services.settings)
             self._lag_watch = asyncio.get_running_loop().create_task(watch_loop_lag(_record_lag()))
+            grpc_front = await self._start_grpc(services)
         self._server = server = DrainingServer(config=self.config)
+        server.grpc_front = grpc_front
         # NOTE: not UvicornWorker's SIGQUIT handler: it only clears gunicorn's `alive`, which uvicorn never
         # reads, so the master's SIGQUIT (how it passes on a Ctrl-C) waited out the grace period and the
         # worker was killed undrained.
@@ -101,6 +118,16 @@ class FlightdeckWorker(UvicornWorker):
         await server.serve(sockets=self.sockets)
         if not server.started:
             sys.exit(Arbiter.WORKER_BOOT_ERROR)
+
+    async def _start_grpc(self, services: Services) -> GrpcFront | None:
+        """Serve the inference protocol over gRPC on this loop too (FLIGHTDECK_GRPC_PORT; 0: not at all)."""
+        if not services.settings.grpc_port:
+            return None
+        from controlplane.grpcfront.server import GrpcFront  # NOTE: here, in the worker: the master never serves gRPC
+
+        front = GrpcFront(services, self.wsgi.flask_app, max_calls=self.cfg.worker_connections)
+        await front.start()
+        return front
 
     def _limit_connections(self, settings: Settings) -> None:
         """Give each connection the deadlines of FLIGHTDECK_*_TIMEOUT_S, counted in /metrics as they close one."""

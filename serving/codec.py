@@ -94,7 +94,8 @@ def _object(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
-def _shape(value: Any, name: str) -> tuple[int, ...]:
+def check_shape(value: Any, name: str) -> tuple[int, ...]:
+    """Return a tensor's shape from a list of integers; raise InvalidInput naming what is wrong."""
     if not isinstance(value, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in value):
         raise InvalidInput(f"input '{name}': 'shape' must be a list of integers")
     if len(value) > MAX_DIMS:
@@ -134,13 +135,31 @@ def _decode_json_strings(data: list, name: str, shape: tuple[int, ...]) -> np.nd
             raise InvalidInput(
                 f"input '{name}': data does not fit datatype BYTES: every element must be a string", "datatype"
             )
-    expected = math.prod(shape)
-    if len(values) != expected:
-        raise InvalidInput(f"input '{name}': {len(values)} values given, shape {list(shape)} needs {expected}", "shape")
+    check_count(name, len(values), shape)
     return _object_array(values, shape)
 
 
 _END = object()
+
+
+def check_count(name: str, count: int, shape: tuple[int, ...]) -> None:
+    """Refuse an input whose number of values is not what its shape needs."""
+    expected = math.prod(shape)
+    if count != expected:
+        raise InvalidInput(f"input '{name}': {count} values given, shape {list(shape)} needs {expected}", "shape")
+
+
+def fit_values(values: np.ndarray, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """Return `values` (integers or numbers of a wider type) as `dtype` in `shape`; refuse an integer out of range."""
+    if dtype.kind in "iu" and values.size:
+        info = np.iinfo(dtype)
+        if values.min() < info.min or values.max() > info.max:
+            datatype = datatype_of(np.empty(0, dtype))
+            raise InvalidInput(
+                f"input '{name}': data does not fit datatype {datatype}: a value is outside [{info.min}, {info.max}]",
+                "datatype",
+            )
+    return values.astype(dtype, copy=False).reshape(shape)
 
 
 def _object_array(values: list[str], shape: tuple[int, ...]) -> np.ndarray:
@@ -149,7 +168,10 @@ def _object_array(values: list[str], shape: tuple[int, ...]) -> np.ndarray:
     return array.reshape(shape)
 
 
-def _decode_binary_strings(raw: bytes, name: str, shape: tuple[int, ...]) -> np.ndarray:
+def decode_binary_strings(
+    raw: bytes, name: str, shape: tuple[int, ...], size_name: str = "binary_data_size"
+) -> np.ndarray:
+    """Decode BYTES in Triton's layout (a 4-byte little-endian length, then UTF-8), as many as `shape` holds."""
     values: list[str] = []
     position = 0
     for index in range(math.prod(shape)):
@@ -159,14 +181,42 @@ def _decode_binary_strings(raw: bytes, name: str, shape: tuple[int, ...]) -> np.
         position += 4
         if position + size > len(raw):
             raise InvalidInput(f"input '{name}': BYTES element {index} needs {size} bytes, {len(raw) - position} left")
-        try:
-            values.append(raw[position : position + size].decode("utf-8"))
-        except UnicodeDecodeError:
-            raise InvalidInput(f"input '{name}': BYTES element {index} is not UTF-8 text") from None
+        values.append(utf8_text(raw[position : position + size], name, index))
         position += size
     if position != len(raw):
-        raise InvalidInput(f"input '{name}': binary_data_size is {len(raw)} bytes but the elements use {position}")
+        raise InvalidInput(f"input '{name}': {size_name} is {len(raw)} bytes but the elements use {position}")
     return _object_array(values, shape)
+
+
+def utf8_text(element: bytes, name: str, index: int) -> str:
+    """Return a BYTES element as text (ONNX Runtime holds strings); refuse one that is not UTF-8."""
+    try:
+        return element.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(f"input '{name}': BYTES element {index} is not UTF-8 text") from None
+
+
+def tensor_from_bytes(
+    raw: bytes | memoryview, name: str, datatype: str, shape: tuple[int, ...], size_name: str = "binary_data_size"
+) -> np.ndarray:
+    """Decode one tensor's raw little-endian bytes (BYTES in Triton's layout); `size_name` is what the message calls their size."""
+    dtype = DATATYPES[datatype]
+    if dtype.kind == "O":
+        return decode_binary_strings(bytes(raw), name, shape, size_name)
+    expected = math.prod(shape) * dtype.itemsize
+    if len(raw) != expected:
+        raise InvalidInput(
+            f"input '{name}': {size_name} {len(raw)} bytes, shape {list(shape)} of {datatype} needs {expected}",
+            "shape",
+        )
+    return np.frombuffer(raw, dtype=dtype.newbyteorder("<"), count=math.prod(shape)).reshape(shape)
+
+
+def tensor_bytes(array: np.ndarray) -> bytes:
+    """Return a tensor's raw bytes: little-endian, row-major; BYTES in Triton's layout."""
+    if array.dtype.kind == "O":
+        return _encode_binary_strings(array)
+    return array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
 
 
 def _encode_binary_strings(array: np.ndarray) -> bytes:
@@ -189,11 +239,7 @@ def _decode_json_data(data: Any, name: str, dtype: np.dtype, shape: tuple[int, .
         raise InvalidInput(
             f"input '{name}': data does not fit datatype {datatype}: not a regular array ({exc})", "shape"
         ) from None
-    expected = math.prod(shape)
-    if inferred.size != expected:
-        raise InvalidInput(
-            f"input '{name}': {inferred.size} values given, shape {list(shape)} needs {expected}", "shape"
-        )
+    check_count(name, inferred.size, shape)
     if dtype == np.uint64 and inferred.dtype.kind in "fO":
         # NOTE: numpy infers float64 for integers past INT64's max; Python's ints are exact, so keep them.
         exact = np.array(data, dtype=object)
@@ -209,14 +255,7 @@ def _decode_json_data(data: Any, name: str, dtype: np.dtype, shape: tuple[int, .
             f"input '{name}': data does not fit datatype {datatype}: it holds {_describe(inferred)} values",
             "datatype",
         )
-    if dtype.kind in "iu" and inferred.size:
-        info = np.iinfo(dtype)
-        if inferred.min() < info.min or inferred.max() > info.max:
-            raise InvalidInput(
-                f"input '{name}': data does not fit datatype {datatype}: a value is outside [{info.min}, {info.max}]",
-                "datatype",
-            )
-    return inferred.astype(dtype, copy=False).reshape(shape)
+    return fit_values(inferred, name, dtype, shape)
 
 
 def _describe(array: np.ndarray) -> str:
@@ -261,7 +300,7 @@ def decode_request(body: bytes, header_length: int | None = None) -> InferReques
                 f"input '{name}': unsupported datatype {datatype!r}; supported: {sorted(DATATYPES)}", "datatype"
             )
         dtype = DATATYPES[datatype]
-        shape = _shape(raw.get("shape"), name)
+        shape = check_shape(raw.get("shape"), name)
         input_params = _object(raw.get("parameters") or {}, f"input '{name}' 'parameters'")
         size = input_params.get("binary_data_size")
         if size is None:
@@ -273,19 +312,7 @@ def decode_request(body: bytes, header_length: int | None = None) -> InferReques
             raise InvalidInput(f"input '{name}': binary_data_size must be a non-negative integer")
         if offset + size > len(binary):
             raise InvalidInput(f"input '{name}': binary data ends after {len(binary) - offset} of {size} bytes")
-        if dtype.kind == "O":
-            tensors[name] = _decode_binary_strings(binary[offset : offset + size], name, shape)
-            offset += size
-            continue
-        expected = math.prod(shape) * dtype.itemsize
-        if size != expected:
-            raise InvalidInput(
-                f"input '{name}': binary_data_size {size} bytes, shape {list(shape)} of {datatype} needs {expected}",
-                "shape",
-            )
-        tensors[name] = np.frombuffer(
-            binary, dtype=dtype.newbyteorder("<"), count=math.prod(shape), offset=offset
-        ).reshape(shape)
+        tensors[name] = tensor_from_bytes(memoryview(binary)[offset : offset + size], name, datatype, shape)
         offset += size
     if offset != len(binary):
         raise InvalidInput(f"{len(binary) - offset} bytes of binary data follow the inputs that declare them")
@@ -337,12 +364,8 @@ def encode_response(
         # NOTE: not ascontiguousarray, which turns a scalar into shape [1]; tobytes is row-major anyway.
         array = np.asarray(results[want.name])
         entry: dict[str, Any] = {"name": want.name, "datatype": datatype_of(array), "shape": list(array.shape)}
-        if want.binary and array.dtype.kind == "O":
-            raw = _encode_binary_strings(array)
-            entry["parameters"] = {"binary_data_size": len(raw)}
-            chunks.append(raw)
-        elif want.binary:
-            raw = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+        if want.binary:
+            raw = tensor_bytes(array)
             entry["parameters"] = {"binary_data_size": len(raw)}
             chunks.append(raw)
         elif array.dtype.kind == "O":

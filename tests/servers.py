@@ -84,6 +84,33 @@ def wait_until(check, timeout: float, what: str):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
+def push_and_deploy(server: Server, folders: list[Path], token: str) -> list[str]:
+    """Push model folders (model.onnx + manifest.json) through the API, first-deploy v1 of each, wait until served."""
+    import requests
+
+    from controlplane.registry.archive import pack_archive
+
+    headers = {"Authorization": f"Bearer {token}"}
+    names = []
+    for folder in folders:
+        manifest = json.loads((folder / "manifest.json").read_text())
+        archive = folder.parent / f"{manifest['name']}.tar.gz"
+        pack_archive(archive, manifest, {"model.onnx": folder / "model.onnx"})
+        with archive.open("rb") as upload:
+            pushed = requests.post(
+                f"{server.url}/api/models", headers=headers, files={"archive": (archive.name, upload)}, timeout=60
+            )
+        assert pushed.status_code == 201, pushed.text
+        deployed = requests.post(
+            f"{server.url}/api/models/{manifest['name']}/deploy", headers=headers, json={"version": "1"}, timeout=60
+        )
+        assert deployed.status_code in (200, 201, 202), deployed.text
+        names.append(manifest["name"])
+    for name in names:
+        wait_until(lambda n=name: server.get(f"/v2/models/{n}/ready")[0] == 200, 60, f"{name} to be served")
+    return names
+
+
 def start_server(home: Path, env: dict[str, str] | None = None, ready_timeout: float = 120) -> Server:
     """Start gunicorn with Flightdeck's config; return once /v2/health/ready answers 200."""
     port = free_port()
@@ -96,6 +123,7 @@ def start_server(home: Path, env: dict[str, str] | None = None, ready_timeout: f
         "FLIGHTDECK_WORKERS": "1",  # the product's default follows the cores; tests about several workers say 2
         "FLIGHTDECK_RECEIVER_ALLOW": "127.0.0.1",  # the tests' chat receivers listen on loopback
         "FLIGHTDECK_WARMUP_MAX_SEQUENCE": "16",  # each worker's text-model warm-up: ~0.05 s instead of ~1.5 s
+        "FLIGHTDECK_GRPC_PORT": "0",  # no gRPC unless a test asks (with a free port): 8001 is one port for all
         **(env or {}),
     }
     environment.pop("PROMETHEUS_MULTIPROC_DIR", None)

@@ -72,7 +72,12 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _clean_env(home: Path, port: int) -> dict[str, str]:
     keep = {k: v for k, v in os.environ.items() if not k.startswith(("FLIGHTDECK_", "PYTHON", "PROMETHEUS_"))}
-    return keep | {"FLIGHTDECK_HOME": str(home), "FLIGHTDECK_PORT": str(port), "FLIGHTDECK_WORKERS": "1"}
+    return keep | {
+        "FLIGHTDECK_HOME": str(home),
+        "FLIGHTDECK_PORT": str(port),
+        "FLIGHTDECK_WORKERS": "1",
+        "FLIGHTDECK_GRPC_PORT": "0",  # a default 8001 would be one port for every test server at once
+    }
 
 
 @pytest.mark.slow

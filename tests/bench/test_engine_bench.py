@@ -103,7 +103,8 @@ def test_the_peer_bench_drives_a_real_naive_server_and_stops_it(tmp_path, demo_s
     try:
         peer.wait_ready(60)
         assert len(bench_peers.tree_cpu_by_pid(peer.process.pid)) == 2  # the master and its one worker
-        cell = bench_peers.measure(peer, "mlp", "mlp", body, concurrency=2, warmup_s=0.05, seconds=0.3)
+        bodies = bench_peers.Bodies(json=body, binary=b"", header_length=0, grpc=b"")  # the naive peer speaks JSON
+        cell = bench_peers.measure(peer, "mlp", "mlp", bodies, concurrency=2, warmup_s=0.05, seconds=0.3)
     finally:
         peer.stop()
     assert peer.process.returncode is not None
@@ -123,6 +124,21 @@ def test_the_peer_table_prints_flightdeck_over_each_peer(capsys) -> None:
     naive, mlserver = capsys.readouterr().out.split("Flightdeck ÷ naive")[1].split("Flightdeck ÷ mlserver")
     assert "req/s x0.50" in naive and "p50 +0.50 ms" in naive and "CPU/req x3.00" in naive
     assert "req/s x1.50" in mlserver and "p50 -1.00 ms" in mlserver and "CPU/req x0.50" in mlserver
+
+
+def test_the_peer_table_prints_grpc_against_rest_binary_and_mlservers_grpc(capsys) -> None:
+    from bench.peers import Cell, print_table
+
+    cells = [
+        Cell("mlp", 32, "flightdeck-grpc", 900.0, 2.0, 4.0, 600.0, 1.0, 0, 0.1),
+        Cell("mlp", 32, "flightdeck-bin", 1800.0, 1.0, 3.0, 300.0, 1.0, 0, 0.1),
+        Cell("mlp", 32, "mlserver-grpc", 300.0, 5.0, 9.0, 1800.0, 1.0, 0, 0.1),
+    ]
+    print_table(cells)
+    out = capsys.readouterr().out
+    binary = out.split("flightdeck-grpc ÷ flightdeck-bin")[1].split("flightdeck-grpc ÷ mlserver-grpc")[0]
+    assert "req/s x0.50" in binary and "p50 +1.00 ms" in binary and "CPU/req x2.00" in binary
+    assert "req/s x3.00" in out.split("flightdeck-grpc ÷ mlserver-grpc")[1]
 
 
 def test_mlserver_gets_flightdecks_batching_and_onnx_runtime_settings(tmp_path) -> None:

@@ -44,7 +44,9 @@ WEB_SUPPORT = {
     "controlplane.auth.login",
     "controlplane.auth.throttle",
 }
-WEB_FRAMEWORKS = ("flask", "werkzeug", "a2wsgi", "uvicorn", "gunicorn")
+WEB_FRAMEWORKS = ("flask", "werkzeug", "a2wsgi", "uvicorn", "gunicorn", "grpc", "grpc_health")
+# The gRPC front (controlplane.grpcfront) is web layer, but for what the gunicorn master imports and the messages.
+GRPC_NOT_WEB = {"controlplane.grpcfront", "controlplane.grpcfront.port", "controlplane.grpcfront.oip_pb2"}
 NOT_WEB = {"werkzeug.security"}  # password hashing: a library function, no request in sight
 
 
@@ -105,7 +107,12 @@ GRAPH = {name: imports_of(name) for name in MODULES}
 
 def in_web_layer(name: str) -> bool:
     """Say whether `name` belongs to the web layer (may import Flask and the HTTP servers)."""
-    return is_view(name) or name in WEB_SUPPORT or name.startswith("controlplane.console")
+    return (
+        is_view(name)
+        or name in WEB_SUPPORT
+        or name.startswith("controlplane.console")
+        or (name.startswith("controlplane.grpcfront") and name not in GRPC_NOT_WEB)
+    )
 
 
 def test_the_rules_recognise_what_they_police() -> None:

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import pytest
-import requests
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import copy_home
-from tests.servers import Server, start_server, wait_until
+from tests.servers import Server, push_and_deploy, start_server
 from tests.signature_models import strings_reference, vad_reference, write_strings, write_vad
 
 pytestmark = pytest.mark.slow
@@ -188,35 +186,10 @@ def test_a_bad_input_raises_with_the_servers_message(triton) -> None:
 def signature_models(triton_server: Server, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """Push the strings (BYTES) and vad (scalar, no batch axis) models through the API and deploy them."""
     from bench.rollout import operator_token
-    from controlplane.registry.archive import pack_archive
 
-    headers = {"Authorization": f"Bearer {operator_token(triton_server.home)}"}
     builds = tmp_path_factory.mktemp("signature-archives")
-    names = []
-    for write in (write_strings, write_vad):
-        folder = write(builds / write.__name__)
-        manifest = json.loads((folder / "manifest.json").read_text())
-        archive = builds / f"{manifest['name']}.tar.gz"
-        pack_archive(archive, manifest, {"model.onnx": folder / "model.onnx"})
-        with archive.open("rb") as upload:
-            pushed = requests.post(
-                f"{triton_server.url}/api/models",
-                headers=headers,
-                files={"archive": (archive.name, upload)},
-                timeout=60,
-            )
-        assert pushed.status_code == 201, pushed.text
-        deployed = requests.post(
-            f"{triton_server.url}/api/models/{manifest['name']}/deploy",
-            headers=headers,
-            json={"version": "1"},
-            timeout=60,
-        )
-        assert deployed.status_code in (200, 201, 202), deployed.text
-        names.append(manifest["name"])
-    for name in names:
-        wait_until(lambda n=name: triton_server.get(f"/v2/models/{n}/ready")[0] == 200, 60, f"{name} to be served")
-    return names
+    folders = [write(builds / write.__name__) for write in (write_strings, write_vad)]
+    return push_and_deploy(triton_server, folders, operator_token(triton_server.home))
 
 
 @pytest.mark.parametrize("binary", [True, False])

@@ -88,14 +88,15 @@ def test_the_schemas_refuse_what_kubernetes_would(rendered: dict[str, list[Obj]]
 def test_probes_and_the_service_reach_the_apps_port(rendered: dict[str, list[Obj]], overlay: str) -> None:
     objects = rendered[overlay]
     deployment, container = server(objects)
-    port = settings_of(objects, container).port
-    assert [(p["name"], p["containerPort"]) for p in container["ports"]] == [("http", port)]
+    settings = settings_of(objects, container)
+    port, grpc_port = settings.port, settings.grpc_port
+    assert [(p["name"], p["containerPort"]) for p in container["ports"]] == [("http", port), ("grpc", grpc_port)]
     probes = {kind: container[kind]["httpGet"] for kind in ("startupProbe", "livenessProbe", "readinessProbe")}
     assert probes["readinessProbe"]["path"] == "/v2/health/ready"
     assert probes["livenessProbe"]["path"] == probes["startupProbe"]["path"] == "/v2/health/live"
     assert {probe["port"] for probe in probes.values()} == {"http"}
     service = one(objects, "Service")
-    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(port, "http")]
+    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(port, "http"), (grpc_port, "grpc")]
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
     # Nothing else behind the Service: the migration Job's pods are not endpoints.
