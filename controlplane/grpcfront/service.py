@@ -172,6 +172,8 @@ class InferenceService:
                     )
                 )
                 routed = await run_on_loop(self.engine, name, routing)
+                decoded = call.decoded
+                assert decoded is not None  # decode_with ran before the engine could answer
                 response = call.encode(
                     routed, lambda wanted: encode_infer(name, routed.version, decoded.id, routed.outputs, wanted)
                 )
