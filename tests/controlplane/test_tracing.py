@@ -34,7 +34,7 @@ from controlplane.logconfig import RequestIdFilter
 from tests.aio import run_async
 from tests.controlplane.test_asgi import _asgi
 from tests.controlplane.test_inference_api import MLP, mlp_body
-from tests.servers import start_server
+from tests.servers import free_port, start_server
 
 ROOT = Path(__file__).resolve().parents[2]
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -316,21 +316,37 @@ def test_another_transport_continues_a_trace_from_its_metadata(app: Flask, recei
 def test_a_real_server_traces_in_its_worker_and_exports_what_is_left_when_it_stops(
     home: Path, receiver: Receiver
 ) -> None:
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
     # The batch processor's default 5 s delay: what arrives, arrives because the worker flushed at its exit.
-    server = start_server(home, env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_SERVICE_NAME": "fd-test"})
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_SERVICE_NAME": "fd-test"}
+    grpc_port = free_port()
+    server = start_server(home, env={**env, "FLIGHTDECK_GRPC_PORT": str(grpc_port)})
+    grpc_caller = "0af7651916cd43dd8448eb211c80319c"
     try:
         for caller in (CALLER_TRACE, CALLER_TRACE[::-1]):
             status, _, headers = server.post(
                 f"{MLP}/infer", mlp_body(1), {"traceparent": f"00-{caller}-{CALLER_SPAN}-01"}
             )
             assert status == 200
+        # The same over gRPC: the caller's traceparent travels in the call's metadata.
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+        features = grpcclient.InferInput("input", [1, 64], "FP32")
+        features.set_data_from_numpy(np.full((1, 64), 0.5, np.float32))
+        client.infer("mlp", [features], headers={"traceparent": f"00-{grpc_caller}-{CALLER_SPAN}-01"})
+        client.close()
     finally:
         assert server.stop() == 0
     with receiver.changed:
         spans = [s for s in receiver.spans if s.name == "POST /v2/models/{model}/infer"]
+        grpc_spans = [s for s in receiver.spans if s.name == "/inference.GRPCInferenceService/ModelInfer"]
     assert sorted((s.trace_id, s.parent) for s in spans) == sorted(
         [(CALLER_TRACE, CALLER_SPAN), (CALLER_TRACE[::-1], CALLER_SPAN)]
     )
+    assert [(s.trace_id, s.parent, s.attributes.get("flightdeck.model")) for s in grpc_spans] == [
+        (grpc_caller, CALLER_SPAN, "mlp")
+    ]
     for span in spans:
         assert span.resource["service.name"] == "fd-test"
         node, pid = span.resource["service.instance.id"].rsplit(":", 1)
