@@ -26,10 +26,21 @@ class Answer:
     error: str = ""
 
 
+class Client(httpclient.InferenceServerClient):
+    """tritonclient's HTTP client, closed by whoever made it, and only then.
+
+    NOTE: its own `__del__` closes it again, from whichever thread the garbage collector runs in, where
+    gevent refuses the pool of another thread's hub (an unraisable InvalidThreadUseError, seen in CI).
+    """
+
+    def __del__(self) -> None:
+        pass
+
+
 def infer_triton(url: str, model: str, inputs: Inputs) -> Answer:
     """Infer through tritonclient.http, with binary tensors both ways."""
     # NOTE: one client per call: the client is not meant to be shared between threads.
-    client = httpclient.InferenceServerClient(url=url.removeprefix("http://"), network_timeout=120)
+    client = Client(url=url.removeprefix("http://"), network_timeout=120)
     try:
         tensors = []
         for name, array in inputs.items():
@@ -72,7 +83,7 @@ def infer_json(url: str, model: str, inputs: Inputs | list[dict[str, Any]]) -> A
 
 def describe(url: str, model: str) -> tuple[dict, dict]:
     """Return the model's metadata and configuration, as Triton's HTTP client reads them."""
-    client = httpclient.InferenceServerClient(url=url.removeprefix("http://"))
+    client = Client(url=url.removeprefix("http://"))
     try:
         return client.get_model_metadata(model), client.get_model_config(model)
     finally:
