@@ -127,6 +127,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._awaiting_continue = False  # the head asked for 100 Continue and the app has not asked for the body
         self._send_timer: asyncio.TimerHandle | None = None
         self._send_buffered = 0  # the transport's buffer when the send deadline was last set
+        self._cycles: list[Any] = []  # this connection's requests not yet answered in full (pipelined ones too)
 
     # -- connection events
 
@@ -143,6 +144,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             if timer is not None:
                 timer.cancel()
         self._timer = self._send_timer = None
+        # NOTE: uvicorn tells only the newest request (`self.cycle`) that the client left. With requests
+        # pipelined behind it, the one being answered went on writing to the closed transport, which raised
+        # in a2wsgi's sender and left the Flask thread streaming the answer blocked for ever.
+        for cycle in self._cycles:
+            if not cycle.response_complete:
+                cycle.disconnected = True
+                cycle.message_event.set()
+        self._cycles = []
         super().connection_lost(exc)
 
     def pause_writing(self) -> None:
@@ -191,6 +200,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._body_since = self._last_read = self.loop.time()
         self._body_bytes = 0
         super().on_headers_complete()
+        self._cycles = [c for c in self._cycles if not c.response_complete]
+        self._cycles.append(self.cycle)
         self._awaiting_continue = self.cycle is not None and self.cycle.waiting_for_100_continue
 
     def on_body(self, body: bytes) -> None:

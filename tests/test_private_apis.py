@@ -65,11 +65,12 @@ def test_the_httptools_protocol_still_has_what_the_bounded_protocol_overrides_an
         "uvicorn",
         "on_headers_complete no longer hands on_response_complete to the RequestResponseCycle",
     )
-    pin(
-        "self.response_complete" in source(RequestResponseCycle.__init__),
-        "uvicorn",
-        "RequestResponseCycle.response_complete is gone",
-    )
+    for attribute in ("self.response_complete", "self.disconnected", "self.message_event"):
+        pin(
+            attribute in source(RequestResponseCycle.__init__),
+            "uvicorn",
+            f"RequestResponseCycle.{attribute.removeprefix('self.')} is gone",
+        )
     # Expect: 100-continue: the body's clock starts when receive() writes the 100 and asks the flow to read.
     receive = source(RequestResponseCycle.receive)
     pin(

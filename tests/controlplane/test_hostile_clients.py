@@ -173,10 +173,11 @@ def test_stalled_bodies_hold_flask_threads_only_until_the_body_deadline_and_prob
 
 
 def hold_answers_unread(server: Server, count: int) -> list[socket.socket]:
-    """Ask for plotly.js (4.6 MB, a file Flask streams from a thread) on `count` connections that never read.
+    """Ask for plotly.js (4.6 MB, a file Flask streams from a thread) twice on `count` connections that never read.
 
-    A receive buffer of 4 KiB keeps the kernel from taking the file in for the client, so the server's send
-    waits on the client, and with it the Flask thread streaming the file.
+    A receive buffer of 4 KiB keeps the client's kernel from taking the file in. The server's send buffer
+    may grow to 4 MiB (tcp_wmem) and take in most of one answer; it cannot take two, so each connection's
+    second answer, at the latest, waits on the client, and with it the Flask thread streaming the file.
     """
     host, port = server.url.removeprefix("http://").split(":")
     held = []
@@ -185,7 +186,7 @@ def hold_answers_unread(server: Server, count: int) -> list[socket.socket]:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.settimeout(10)
         sock.connect((host, int(port)))
-        sock.sendall(b"GET /assets/plotly.min.js HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.sendall(b"GET /assets/plotly.min.js HTTP/1.1\r\nHost: x\r\n\r\n" * 2)
         held.append(sock)
     return held
 
@@ -208,6 +209,19 @@ def test_a_client_that_stops_reading_its_answer_is_cut_off_at_the_send_deadline_
     finally:
         for sock in held:
             sock.close()
+
+
+def test_a_client_that_hangs_up_on_pipelined_downloads_frees_the_threads_at_once(slow_server: Server) -> None:
+    held = hold_answers_unread(slow_server, THREADS)
+    for sock in held:
+        assert sock.recv(64).startswith(b"HTTP/1.1 200 ")  # the first answer is being streamed
+        sock.close()
+    started = time.monotonic()
+    # NOTE: before, uvicorn told only the newest (pipelined) request that the client left: the answer being
+    # streamed went on writing to the closed connection and its Flask thread was held for ever.
+    status, body = slow_server.get("/v2")
+    assert status == 200 and body["name"] == "flightdeck"
+    assert time.monotonic() - started < SEND_S  # not freed by the send deadline: by the hang-up itself
 
 
 def test_a_client_that_waits_for_100_continue_is_not_late_while_its_request_waits_for_a_thread(
