@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
+import pytest
 
 from controlplane.models import SlotSample
 from serving.histogram import Histogram
@@ -64,3 +66,22 @@ def latencies(seed: int, n: int, median_s: float = 0.01) -> np.ndarray:
 
 def minutes(n: float) -> timedelta:
     return timedelta(minutes=n)
+
+
+@pytest.fixture(scope="module")
+def pg_sessions() -> Iterator:
+    """Sessions on a migrated database of a throwaway PostgreSQL cluster; skips without psycopg or PostgreSQL."""
+    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[postgres]')")
+    from controlplane.db import make_engine, session_factory
+    from controlplane.migrate import upgrade
+    from tests.pg import create_database, find_bindir, postgres_cluster
+
+    bindir = find_bindir()
+    if bindir is None:
+        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl, postgres) not found")
+    with postgres_cluster(bindir) as cluster:
+        url = create_database(cluster)
+        upgrade(url)
+        engine = make_engine(url)
+        yield session_factory(engine)
+        engine.dispose()

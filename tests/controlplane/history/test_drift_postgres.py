@@ -2,34 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
-import pytest
 
-pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[postgres]')")
-
-from controlplane.db import make_engine, session_factory  # noqa: E402
-from controlplane.history import drift  # noqa: E402
-from controlplane.migrate import upgrade  # noqa: E402
-from controlplane.models import DriftReference  # noqa: E402
-from tests.controlplane.history.test_drift_api import row  # noqa: E402
-from tests.pg import create_database, find_bindir, postgres_cluster  # noqa: E402
-
-PG_BIN = find_bindir()
-if PG_BIN is None:
-    pytest.skip("PostgreSQL server binaries (initdb, pg_ctl, postgres) not found", allow_module_level=True)
-
-
-@pytest.fixture(scope="module")
-def pg_sessions() -> Iterator:
-    with postgres_cluster(PG_BIN) as cluster:
-        url = create_database(cluster)
-        upgrade(url)
-        engine = make_engine(url)
-        yield session_factory(engine)
-        engine.dispose()
+from controlplane.history import drift
+from controlplane.models import DriftReference
+from tests.controlplane.history.test_drift_api import row
 
 
 def test_scores_and_a_pinned_reference_read_the_same_on_postgresql(pg_sessions) -> None:

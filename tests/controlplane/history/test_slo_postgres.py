@@ -2,33 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 
-import pytest
-
-pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[postgres]')")
-
-from alerts.slo import SLI, SLO  # noqa: E402
-from controlplane.db import make_engine, session_factory  # noqa: E402
-from controlplane.history.slo import window_counts  # noqa: E402
-from controlplane.migrate import upgrade  # noqa: E402
-from tests.controlplane.history.conftest import T0, minutes, slot_row  # noqa: E402
-from tests.pg import create_database, find_bindir, postgres_cluster  # noqa: E402
-
-PG_BIN = find_bindir()
-if PG_BIN is None:
-    pytest.skip("PostgreSQL server binaries (initdb, pg_ctl, postgres) not found", allow_module_level=True)
-
-
-@pytest.fixture(scope="module")
-def pg_sessions() -> Iterator:
-    with postgres_cluster(PG_BIN) as cluster:
-        url = create_database(cluster)
-        upgrade(url)
-        engine = make_engine(url)
-        yield session_factory(engine)
-        engine.dispose()
+from alerts.slo import SLI, SLO
+from controlplane.history.slo import window_counts
+from tests.controlplane.history.conftest import T0, minutes, slot_row
 
 
 def test_latency_and_availability_counts_match_sqlites(pg_sessions) -> None:
