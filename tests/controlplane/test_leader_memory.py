@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from controlplane import desiredchanges
 from controlplane.services import Services
 
 JOBS = (
@@ -60,24 +61,26 @@ def test_the_leaders_jobs_keep_no_memory_however_often_they_run(leader: Services
 
     for _ in range(WARM_ROUNDS):
         one_round()
-    # NOTE: two equal phases, traced: bounded caches (SQLAlchemy's statement cache, sqlite3's list of each
-    # connection's cursors, a new pooled connection) fill during the first; only what keeps growing shows
-    # in the second.
+    # NOTE: three equal phases, traced: bounded caches (SQLAlchemy's statement cache, sqlite3's list of each
+    # connection's cursors, a new pooled connection) fill during the first; what keeps growing shows in both
+    # of the next two, where a cache filling or a list waiting to be pruned shows in one at most.
+    # The inotify watcher (another thread, not a job) blocks in os.read(fd, 65536) with its 64 KiB buffer
+    # allocated: caught in one snapshot and not the next, that buffer looked like growth (seen in CI).
+    waiting = [tracemalloc.Filter(False, desiredchanges.__file__, all_frames=True)]
     tracemalloc.start(8)
     try:
-        for _ in range(ROUNDS):
-            one_round()
-        gc.collect()
-        before = tracemalloc.take_snapshot()
-        for _ in range(ROUNDS):
-            one_round()
-        gc.collect()
-        after = tracemalloc.take_snapshot()
+        snapshots = []
+        for _ in range(3):
+            for _ in range(ROUNDS):
+                one_round()
+            gc.collect()
+            snapshots.append(tracemalloc.take_snapshot().filter_traces(waiting))
     finally:
         tracemalloc.stop()
-    growth = after.compare_to(before, "traceback")
-    kept = sum(stat.size_diff for stat in growth)
+    phases = [after.compare_to(before, "traceback") for before, after in zip(snapshots, snapshots[1:], strict=False)]
+    kept = [sum(stat.size_diff for stat in growth) for growth in phases]
+    growth = phases[kept.index(min(kept))]
     worst = "\n".join(
         f"{s.size_diff:+} B {s.count_diff:+} blocks\n  " + "\n  ".join(s.traceback.format()) for s in growth[:4]
     )
-    assert kept < ROUNDS * ALLOWED_PER_ROUND, f"{kept} bytes kept over {ROUNDS} rounds; most:\n{worst}"
+    assert min(kept) < ROUNDS * ALLOWED_PER_ROUND, f"{kept} bytes kept over {ROUNDS} rounds each; most:\n{worst}"

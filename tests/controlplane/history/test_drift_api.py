@@ -139,7 +139,7 @@ def test_the_cli_prints_the_same_scores(app, home, monkeypatch) -> None:
     assert shown.exit_code == 0, shown.output
     assert "v1 (reference: first_day" in shown.output and re.search(r"input:input\s+1\.000\s+300 samples", shown.output)
     found = json.loads(runner.invoke(cli, ["drift", "mlp", "--window", "-2h", "--json"]).output)
-    assert [s["score"] for s in found["versions"][0]["scores"] if s["kind"] == "input"] == [1.0]
+    assert [s["score"] for s in found["versions"][0]["scores"] if s["kind"] == "input"] == [pytest.approx(1.0)]
     refused = runner.invoke(cli, ["drift", "mlp", "--window", "yesterday"])
     assert refused.exit_code == 2 and "'window' must be 'now', a relative time" in refused.output
 
