@@ -12,13 +12,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
 import timeit
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from bench.measure import serial_us
 from controlplane.config import load_settings
 from serving import inputstats
 from serving.demo_models import write_demo_models
@@ -30,13 +30,6 @@ SHAPES = {
     "magika [1, 2048] int32": ((1, 2048), np.int32),
     "image [1, 3, 224, 224] float32": ((1, 3, 224, 224), np.float32),
 }
-
-
-def _per_request_us(engine: Engine, tensors: dict[str, np.ndarray], n: int) -> float:
-    start = time.perf_counter()
-    for _ in range(n):
-        engine.infer("mlp", tensors)
-    return (time.perf_counter() - start) / n * 1e6
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,11 +62,11 @@ def main(argv: list[str] | None = None) -> int:
         times: dict[int, list[float]] = {every: [] for every in engines}
         try:
             for engine in engines.values():
-                _per_request_us(engine, tensors, 300)  # warm up
+                serial_us(engine, "mlp", tensors, 300)  # warm up
             order = list(engines)
             for _ in range(args.rounds):
                 for every in order:  # NOTE: rotated each round, so no setting always runs first or last
-                    times[every].append(_per_request_us(engines[every], tensors, args.requests))
+                    times[every].append(serial_us(engines[every], "mlp", tensors, args.requests))
                 order = order[1:] + order[:1]
         finally:
             for engine in engines.values():

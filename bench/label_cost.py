@@ -11,24 +11,17 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
 import timeit
 from pathlib import Path
 
 import numpy as np
 
+from bench.measure import serial_us
 from controlplane.config import load_settings
 from serving import batching
 from serving.demo_models import write_demo_models
 from serving.engine import Engine
 from serving.predictions import add_bounded, count_labels
-
-
-def _per_request_us(engine: Engine, tensors: dict[str, np.ndarray], n: int) -> float:
-    start = time.perf_counter()
-    for _ in range(n):
-        engine.infer("mlp", tensors)
-    return (time.perf_counter() - start) / n * 1e6
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,15 +51,15 @@ def main(argv: list[str] | None = None) -> int:
         engine = Engine(settings.runtime, settings.batching_settings)
         engine.load(store / "mlp" / "1", "blue")
         tensors = {"input": rng.standard_normal((1, 64)).astype(np.float32)}
-        _per_request_us(engine, tensors, 500)  # warm up
+        serial_us(engine, "mlp", tensors, 500)  # warm up
         on, off = [], []
         real = batching.count_labels
         try:
             for _ in range(args.rounds):
                 batching.count_labels = real
-                on.append(_per_request_us(engine, tensors, args.requests))
+                on.append(serial_us(engine, "mlp", tensors, args.requests))
                 batching.count_labels = lambda outputs, into: None
-                off.append(_per_request_us(engine, tensors, args.requests))
+                off.append(serial_us(engine, "mlp", tensors, args.requests))
         finally:
             batching.count_labels = real
             engine.unload("mlp", "blue")

@@ -115,6 +115,14 @@ def grpc_request(tensors: dict[str, np.ndarray], spec: ModelSpec, model: str) ->
     return request.SerializeToString()
 
 
+def serial_us(engine: Any, model: str, tensors: dict[str, np.ndarray], n: int) -> float:
+    """Return the microseconds one `engine.infer` call takes on average over `n` calls in a row."""
+    start = time.perf_counter()
+    for _ in range(n):
+        engine.infer(model, tensors)
+    return (time.perf_counter() - start) / n * 1e6
+
+
 def percentile_ms(latencies: list[float], q: float) -> float:
     """Return the q-th percentile of latencies (seconds) in milliseconds; NaN when there are none."""
     return float(np.percentile(latencies, q)) * 1000 if latencies else math.nan
