@@ -212,14 +212,6 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = True
         self._head_bytes = 0
         super().on_message_complete()
-        cycle = self.cycle
-        if cycle is not None and cycle.response_complete and not self.pipeline and not self.transport.is_closing():
-            # NOTE: a body that came after its answer: uvicorn's keep-alive timer, unset by these bytes, is
-            # set again only when an answer completes, so without this the connection would be kept for ever.
-            self._unset_keepalive_if_required()
-            self.timeout_keep_alive_task = self.loop.call_later(
-                self.timeout_keep_alive, self.timeout_keep_alive_handler
-            )
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
