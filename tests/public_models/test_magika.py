@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import tritonclient.http as httpclient
 
 from tests.public_models.catalogue import run_alone
 from tests.public_models.conftest import Deployed, Fleet
 from tests.public_models.inputs import magika_requests, magika_rows, reference
-from tests.public_models.oip import assert_matches, infer_interleaved
+from tests.public_models.oip import Client, assert_matches, infer_interleaved
 
 pytestmark = pytest.mark.slow
 
 
 def test_the_classifier_is_published_with_its_integer_input(fleet: Fleet, magika: Deployed) -> None:
-    client = httpclient.InferenceServerClient(url=fleet.url.removeprefix("http://"))
+    client = Client(url=fleet.url.removeprefix("http://"))
     try:
         metadata = client.get_model_metadata("magika")
     finally:
