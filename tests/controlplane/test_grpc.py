@@ -432,15 +432,23 @@ def test_inference_auth_then_sigterm_finishes_every_grpc_call_in_flight(tmp_path
         for _ in range(24):
             inputs = [tensor("input_ids", ids, "INT64"), tensor("attention_mask", ids, "INT64")]
             client.async_infer("textcls", inputs, done, headers=bearer)
-        # Every call admitted (queued, or answered already) before the signal; the server's own account of it.
-        wait_until(lambda: _queued(server.metrics()) + len(results) >= 23, 30, "every call admitted")
-        assert _queued(server.metrics()) >= 4
+        # Synchronise on the server's own account of its queue: the signal goes out right after one reading in
+        # which every call is admitted (waiting, answered, or one of the two the engine holds: the batch running
+        # and the next one formed) and 4 or more still wait, never after a second reading that the drain may
+        # race. Answers are counted before the queue is read, so a call answered in between is not counted twice.
+        def admitted() -> float | None:
+            answered = len(results)
+            depth = _queued(server.metrics())
+            return depth if depth >= 4 and depth + answered >= 22 else None
+
+        queued = wait_until(admitted, 30, "every call admitted with 4 or more waiting")
         server.process.send_signal(signal.SIGTERM)
         wait_until(lambda: len(results) == 24, 60, "every call to be answered")
         assert server.process.wait(60) == 0
     finally:
         client.close()
         server.stop(signal.SIGKILL)
+    assert queued >= 4
     assert results == ["ok"] * 24, results
     assert "all requests finished" in server.output()
 
