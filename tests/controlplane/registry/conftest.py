@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import shutil
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,13 +88,11 @@ def good_members(model: onnx.ModelProto | None = None, manifest: dict | None = N
 
 
 @pytest.fixture
-def home(tmp_path: Path) -> Path:
+def home(tmp_path: Path, migrated_db: Path) -> Path:
     """An empty data directory (a migrated database, an empty registry): these tests count what they store."""
-    from controlplane.migrate import upgrade
-
     path = tmp_path / "home"
     path.mkdir()
-    upgrade(f"sqlite:///{path / 'flightdeck.db'}")
+    shutil.copyfile(migrated_db, path / "flightdeck.db")
     return path
 
 
