@@ -432,6 +432,7 @@ def test_inference_auth_then_sigterm_finishes_every_grpc_call_in_flight(tmp_path
         for _ in range(24):
             inputs = [tensor("input_ids", ids, "INT64"), tensor("attention_mask", ids, "INT64")]
             client.async_infer("textcls", inputs, done, headers=bearer)
+
         # Synchronise on the server's own account of its queue: the signal goes out right after one reading in
         # which every call is admitted (waiting, answered, or one of the two the engine holds: the batch running
         # and the next one formed) and 4 or more still wait, never after a second reading that the drain may
