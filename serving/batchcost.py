@@ -120,7 +120,8 @@ def measure(
     """Time `run` on each bucket's sample tiled to every batch size of `batch_sizes`, longest bucket first.
 
     `samples` maps a sequence bucket (0: none) to one input of that bucket. A bucket stops early after
-    PATIENCE sizes in a row that did not beat its best cost per sample by `margin`; everything stops
+    PATIENCE sizes in a row that did not beat its best cost per sample by `margin`, then is timed again,
+    largest first (each size keeps its least); everything stops
     once `budget_s` of wall time is spent (what was measured still counts; buckets not reached bound
     nothing). `clock` times each run: the calling thread's CPU time (`time.thread_time`) where the run
     is all in this thread (ONNX Runtime on the CPU with one intra-op thread), so that other processes
@@ -145,9 +146,17 @@ def measure(
             best = min(best, seconds / batch)
             if misses >= PATIENCE or time.perf_counter() - started >= budget_s:
                 break
-        points[bucket] = tuple(measured)
         # NOTE: a bound needs evidence that larger batches stop paying: the max reached, or PATIENCE sizes in
         # a row that did not pay. A bucket cut short by the budget while still paying bounds nothing.
         settled = misses >= PATIENCE or measured[-1][0] == sizes[-1]
+        if settled:
+            # A second pass, largest first, keeping each size's least: load on the cores that rose or fell
+            # during the first pass then weighs on small and large batches alike.
+            for index in reversed(range(len(measured))):
+                if time.perf_counter() - started >= budget_s:
+                    break
+                batch, seconds = measured[index]
+                measured[index] = (batch, min(seconds, time_run(run, tile(samples[bucket], batch), clock)))
+        points[bucket] = tuple(measured)
         limits[bucket] = choose_limit(measured, margin) if settled else None
     return CostCurve(points, limits, margin, time.perf_counter() - started)

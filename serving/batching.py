@@ -9,7 +9,9 @@ found the same, runs its request itself in `result`, sparing two thread hand-off
 of the `instances` runs. Under concurrent load requests find others queued or running, so they keep
 being batched by the executors. Before its delay, any group leaves once it is full or can form one of the
 preferred batch sizes (the largest it can; Triton's `preferred_batch_size`). Because the oldest
-request's group always goes first once due, a rare shape is never starved by a common one.
+request's group always goes first once due, a rare shape is never starved by a common one. "Full"
+is the group's batch limit: the max batch size, or less where the version's cost curve, timed at load,
+stopped paying earlier for the group's sequence bucket (serving.batchcost).
 
 When a merged batch fails, serving.isolation bisects it, so only a request that fails on its own
 gets an error, and that error only ever describes its own data; a failure caused by the input is a
