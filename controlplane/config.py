@@ -211,11 +211,15 @@ class Settings(BaseSettings):
     batch_limit_from_cost: bool = _setting(
         True,
         "At load, time batch sizes 1, 2, 4, ... up to the max per sequence bucket and merge requests only up to "
-        "the size past which cost per sample stops falling by more than FLIGHTDECK_BATCH_COST_MARGIN; shown in "
+        "the smallest size whose cost per sample is within FLIGHTDECK_BATCH_COST_MARGIN of the best; shown in "
         "/v2/models/{m}/config (false: batches up to the max batch size).",
     )
     batch_cost_margin: float = _setting(
-        0.1, "Share by which cost per sample must fall for a larger batch to count as paying (0.1: 10 %).", ge=0, lt=1
+        0.05,
+        "The batch limit is the smallest batch size whose cost per sample is within this share of the best "
+        "measured (0.05: 5 %); larger: smaller batches, shorter waits.",
+        ge=0,
+        lt=1,
     )
     batch_cost_budget_s: float = _setting(
         3.0, "Most seconds one version's load spends timing batch sizes (what it measured by then still counts).", gt=0
