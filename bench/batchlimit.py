@@ -5,7 +5,8 @@ the max batch size, one merging up to the limits its cost curve gave at load (or
 every bucket, to compare a chosen size without the curve's noise). Then drives each closed-loop from
 `--concurrency` threads (batch-1 requests at `--seq-len`) in short windows, alternating A B B A ...,
 so that load from other processes on the cores weighs on both alike, and prints each one's
-throughput, p50 and p99 over all its windows, its mean batch, and the ratios.
+throughput, p50 and p99 over all its windows, its mean batch, and the ratios (pooled, and the median
+over adjacent pairs of windows).
 
     python -m bench.batchlimit [--model textcls] [--seq-len 128] [--concurrency 32] [--windows 8]
                                [--seconds 2] [--limit N]
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import threading
@@ -93,11 +95,15 @@ def main(argv: list[str] | None = None) -> int:
             for engine in engines.values():
                 drive(engine, args.model, tensors, args.concurrency, min(1.0, args.seconds))  # warm both alike
             order = ["max", "limited", "limited", "max"]
+            pairs: list[dict[str, tuple[float, float]]] = []  # each window next to the other engine's
             for i in range(2 * args.windows):
                 name = order[i % 4]
                 latencies, seconds = drive(engines[name], args.model, tensors, args.concurrency, args.seconds)
                 results[name] += latencies
                 spent[name] += seconds
+                if i % 2 == 0:
+                    pairs.append({})
+                pairs[-1][name] = (len(latencies) / seconds, percentile_ms(latencies, 99))
             print(f"load average after: {os.getloadavg()}")
             print(f"{'engine':<9}{'req/s':>8}{'p50 ms':>9}{'p99 ms':>9}{'mean batch':>12}")
             figures = {}
@@ -110,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name:<9}{rps:>8.1f}{p50:>9.1f}{p99:>9.1f}{batch:>12.1f}")
             (a_rps, a_p50, a_p99), (b_rps, b_p50, b_p99) = figures["max"], figures["limited"]
             print(f"limited / max: req/s x{b_rps / a_rps:.2f}  p50 x{b_p50 / a_p50:.2f}  p99 x{b_p99 / a_p99:.2f}")
+            for i, what in ((0, "req/s"), (1, "p99")):
+                ratios = sorted(p["limited"][i] / p["max"][i] for p in pairs)
+                print(f"  per adjacent pair of windows, {what}: median x{statistics.median(ratios):.2f} "
+                      f"(x{ratios[0]:.2f} to x{ratios[-1]:.2f}, {len(ratios)} pairs)")  # fmt: skip
         finally:
             for engine in engines.values():
                 engine.drain(30)
