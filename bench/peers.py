@@ -9,11 +9,14 @@ Runtime settings. All are driven closed-loop with batch-1 requests, cell by cell
 servers' order, then stopped: OIP JSON over HTTP (every server), the binary tensor extension
 (Flightdeck: `flightdeck-bin`), and ModelInfer over gRPC with raw_input_contents (Flightdeck and
 MLServer: `*-grpc`, driven by bench.grpcload, a channel per caller); `--protocols` chooses. `--no-mlserver` leaves MLServer out; so does
-a venv that cannot be created (no network), with one line saying so.
+a venv that cannot be created (no network), with one line saying so. `--baseline-env` also starts a
+second Flightdeck (`flightdeck-base`) with a setting changed, measured in the same alternation, so a
+change is judged by its ratio to its own baseline under the same load.
 
     python -m bench.peers [--workloads mlp,textcls32] [--concurrency 1,32] [--seconds 4] [--idle 10]
                                   [--no-mlserver] [--flightdeck-env FLIGHTDECK_WORKERS=1 ...] [--json PATH]
                                   [--client async|threads] [--protocols json,binary,grpc] [--no-naive]
+                                  [--baseline-env FLIGHTDECK_X=VALUE ...]
 
 Before any load it waits for every Flightdeck worker to have loaded its models (keep-alive
 connections opened earlier would all stay on the first worker), then prints each process's idle
@@ -170,14 +173,14 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("FLIGHTDECK_", "PROMETHEUS_MULTIPROC", "NAIVE_"))}
 
 
-def start_flightdeck(home: Path, overrides: dict[str, str] | None = None) -> Peer:
+def start_flightdeck(home: Path, overrides: dict[str, str] | None = None, name: str = "flightdeck") -> Peer:
     """Start Flightdeck as `make run` does, with its home and port changed (and `overrides`, to try settings)."""
     port = free_port()
     env = {**_clean_env(), "FLIGHTDECK_HOME": str(home), "FLIGHTDECK_HOST": "127.0.0.1", "FLIGHTDECK_PORT": str(port)}
     env["FLIGHTDECK_GRPC_PORT"] = str(free_port())
     env.update(overrides or {})
     argv = [sys.executable, "-m", "controlplane", "serve"]
-    peer = Peer("flightdeck", argv, env, port, home.parent / "flightdeck.log")
+    peer = Peer(name, argv, env, port, home.parent / f"{name}.log")
     peer.grpc_port = int(env["FLIGHTDECK_GRPC_PORT"]) or None
     return peer
 
@@ -321,12 +324,13 @@ def print_table(cells: list[Cell]) -> None:
               f"{c.cpu_us:>11.0f}{c.cores:>7.2f}{c.errors:>7}{c.load1:>7.2f}")  # fmt: skip
     by_key = {(c.workload, c.concurrency, c.server): c for c in cells}
     for peer in dict.fromkeys(c.server for c in cells if c.server != "flightdeck"):
-        print(f"\nFlightdeck ÷ {peer} (req/s ratio; p50 difference; CPU per request ratio)")
+        print(f"\nFlightdeck ÷ {peer} (req/s ratio; p50 difference; p99 ratio; CPU per request ratio)")
         for workload, concurrency in dict.fromkeys((c.workload, c.concurrency) for c in cells):
             fd, other = by_key.get((workload, concurrency, "flightdeck")), by_key.get((workload, concurrency, peer))
             if fd and other and other.rps:
                 print(f"{workload:<11}{concurrency:>4}  req/s x{fd.rps / other.rps:.2f}"
-                      f"   p50 {fd.p50_ms - other.p50_ms:+.2f} ms   CPU/req x{fd.cpu_us / other.cpu_us:.2f}")  # fmt: skip
+                      f"   p50 {fd.p50_ms - other.p50_ms:+.2f} ms   p99 x{fd.p99_ms / other.p99_ms:.2f}"
+                      f"   CPU/req x{fd.cpu_us / other.cpu_us:.2f}")  # fmt: skip
     for mine, other_name in GRPC_PAIRS:
         pairs = [
             (w, c, by_key[(w, c, mine)], by_key[(w, c, other_name)])
@@ -362,6 +366,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-mlserver", action="store_true", help="leave MLServer out (it needs .venv-mlserver/)")
     p.add_argument("--flightdeck-env", action="append", default=[], metavar="FLIGHTDECK_X=VALUE",
                    help="run Flightdeck with this setting changed (repeatable); the defaults otherwise")  # fmt: skip
+    p.add_argument("--baseline-env", action="append", default=[], metavar="FLIGHTDECK_X=VALUE",
+                   help="also run a second Flightdeck, 'flightdeck-base', with this setting changed (repeatable): "
+                        "a before/after pair measured cell by cell in one run")  # fmt: skip
     p.add_argument("--json", type=Path, help="also write the cells as JSON here")
     p.add_argument("--protocols", default="json,binary,grpc",
                    help="comma-separated, of json (every server), binary (Flightdeck), grpc (Flightdeck, MLServer)")  # fmt: skip
@@ -394,6 +401,12 @@ def run(args: argparse.Namespace) -> list[Cell]:
             peers[0].wait_ready()
             workers = wait_all_workers(peers[0], Path(tmp) / "home")
             print(f"Flightdeck: {workers} worker(s), settings {overrides or 'as make run'}", flush=True)
+            if args.baseline_env:
+                base = dict(item.split("=", 1) for item in args.baseline_env)
+                peers.append(start_flightdeck(Path(tmp) / "base-home", {**overrides, **base}, "flightdeck-base"))
+                peers[-1].wait_ready()
+                wait_all_workers(peers[-1], Path(tmp) / "base-home")
+                print(f"flightdeck-base: settings {base} over those", flush=True)
             if args.idle:
                 time.sleep(min(args.idle, 2.0))  # NOTE: let start-up work (first history rows, warm-up) finish
                 idle = idle_cpu(peers[0], args.idle)

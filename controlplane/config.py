@@ -208,6 +208,22 @@ class Settings(BaseSettings):
         0, "Executor threads per loaded version (0: auto, min(cores, 4) on CPU, 2 on GPU).", ge=0
     )
     warmup_max_sequence: int = _setting(128, "Longest sequence bucket used for warm-up.", ge=1)
+    batch_limit_from_cost: bool = _setting(
+        True,
+        "At load, time batch sizes 1, 2, 4, ... up to the max per sequence bucket and merge requests only up to "
+        "the smallest size whose cost per sample is within FLIGHTDECK_BATCH_COST_MARGIN of the best; shown in "
+        "/v2/models/{m}/config (false: batches up to the max batch size).",
+    )
+    batch_cost_margin: float = _setting(
+        0.05,
+        "The batch limit is the smallest batch size whose cost per sample is within this share of the best "
+        "measured (0.05: 5 %); larger: smaller batches, shorter waits.",
+        ge=0,
+        lt=1,
+    )
+    batch_cost_budget_s: float = _setting(
+        3.0, "Most seconds one version's load spends timing batch sizes (what it measured by then still counts).", gt=0
+    )
     drift_sample_every: int = _setting(
         16,
         "Summarise the numeric inputs of one successful request in this many, for input drift (0: none; "
@@ -580,6 +596,9 @@ class Settings(BaseSettings):
             default_timeout_ms=self.default_timeout_ms,
             instances=self.batch_instances,
             warmup_max_sequence=self.warmup_max_sequence,
+            learn_batch_limits=self.batch_limit_from_cost,
+            batch_cost_margin=self.batch_cost_margin,
+            batch_cost_budget_s=self.batch_cost_budget_s,
             input_sample_every=self.drift_sample_every,
         )
 

@@ -9,7 +9,9 @@ found the same, runs its request itself in `result`, sparing two thread hand-off
 of the `instances` runs. Under concurrent load requests find others queued or running, so they keep
 being batched by the executors. Before its delay, any group leaves once it is full or can form one of the
 preferred batch sizes (the largest it can; Triton's `preferred_batch_size`). Because the oldest
-request's group always goes first once due, a rare shape is never starved by a common one.
+request's group always goes first once due, a rare shape is never starved by a common one. "Full"
+is the group's batch limit: the max batch size, or less where the version's cost curve, timed at load,
+stopped paying earlier for the group's sequence bucket (serving.batchcost).
 
 When a merged batch fails, serving.isolation bisects it, so only a request that fails on its own
 gets an error, and that error only ever describes its own data; a failure caused by the input is a
@@ -24,7 +26,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -33,6 +35,7 @@ import numpy as np
 
 from serving import inputstats
 from serving.assembly import GroupKey, Part, group_key
+from serving.batchcost import limit_for
 from serving.batchstats import BatcherSnapshot, BatcherStats, BatchObserver, BatchTracer, RequestOutcome
 from serving.errors import (
     DeadlineExceeded,
@@ -103,6 +106,7 @@ class Batcher:
         clock: Callable[[], float] = time.monotonic,
         name: str = "",
         input_sample_every: int = 0,
+        batch_limits: Mapping[int, int] | None = None,
     ) -> None:
         self._run = run
         self._spec = spec
@@ -113,6 +117,8 @@ class Batcher:
         self.combine = combine
         # Triton's preferred_batch_size: sizes worth dispatching before the delay, smallest first.
         self.preferred_batch_sizes = tuple(sorted({n for n in preferred_batch_sizes if n > 0}))
+        # Per sequence bucket, the largest batch requests are merged into (serving.batchcost); none: max_batch_size.
+        self.batch_limits: dict[int, int] = dict(batch_limits or {})
         self._observer = observer
         self._tracer = tracer
         self._clock = clock
@@ -299,8 +305,17 @@ class Batcher:
                 self._remove(pending)
                 self._expire(pending)
 
-    def reconfigure(self, *, max_batch_size: int, max_queue_delay_s: float, max_queue_size: int) -> int:
+    def reconfigure(
+        self,
+        *,
+        max_batch_size: int,
+        max_queue_delay_s: float,
+        max_queue_size: int,
+        batch_limits: Mapping[int, int] | None = None,
+    ) -> int:
         """Change the batch, delay and queue limits at once, under the lock; return how many requests it refused.
+
+        `batch_limits` (per sequence bucket, the largest merged batch) replaces the current ones when given.
 
         Waiting executors wake and apply the new delay and batch size to what is queued. A queue
         already over a lowered `max_queue_size` keeps what it accepted (new requests are refused
@@ -316,6 +331,8 @@ class Batcher:
             self.max_batch_size = max_batch_size
             self.max_queue_delay_s = max_queue_delay_s
             self.max_queue_size = max_queue_size
+            if batch_limits is not None:
+                self.batch_limits = dict(batch_limits)
             too_large = [p for p in self._queue if p.batch > max_batch_size]
             for pending in too_large:
                 self._remove(pending)
@@ -393,26 +410,32 @@ class Batcher:
             head = groups[oldest.group]
             due = oldest.enqueued_at + self.max_queue_delay_s
             if not self.combine or was_idle or self._closing or now >= due:
-                return self._take(head, self.max_batch_size)
+                return self._take(head, self._room(oldest.group))
             # NOTE: before the oldest is due, any group may leave full or at a preferred size; it never
             # delays the oldest group past its due time, which is checked first on every wake-up.
-            for members in groups.values():
-                if sum(p.batch for p in members) >= self.max_batch_size:
-                    return self._take(members, self.max_batch_size)
-            for members in groups.values():
-                preferred = self._preferred_size(members)
+            for key, members in groups.items():
+                room = self._room(key)
+                if sum(p.batch for p in members) >= room:
+                    return self._take(members, room)
+            for key, members in groups.items():
+                preferred = self._preferred_size(members, self._room(key))
                 if preferred:
                     return self._take(members, preferred)
             earliest_deadline = min(p.deadline for p in self._queue)
             self._cond.wait(max(0.0, min(due, earliest_deadline) - now))
 
-    def _preferred_size(self, members: list[Pending]) -> int:
-        """Return the largest preferred batch size the group's queue order reaches exactly (0: none)."""
-        sizes = [n for n in self.preferred_batch_sizes if n <= self.max_batch_size]
+    def _room(self, group: GroupKey | None) -> int:
+        """Return the largest batch a group's requests are merged into: its bucket's cost-curve limit, or the max."""
+        limit = limit_for(self.batch_limits, group[0]) if self.batch_limits and group is not None else None
+        return self.max_batch_size if limit is None else max(1, min(limit, self.max_batch_size))
+
+    def _preferred_size(self, members: list[Pending], room: int) -> int:
+        """Return the largest preferred batch size up to `room` the group's queue order reaches exactly (0: none)."""
+        sizes = [n for n in self.preferred_batch_sizes if n <= room]
         best = total = 0
         for pending in members:
             total += pending.batch
-            if total > self.max_batch_size:
+            if total > room:
                 break
             if total in sizes:
                 best = total
@@ -421,10 +444,12 @@ class Batcher:
     def _take(self, members: list[Pending], room: int) -> list[Pending]:
         taken: list[Pending] = []
         for pending in members:
-            if pending.batch <= room:
+            # NOTE: the first always goes: a request larger than its bucket's cost-curve limit (never than
+            # max_batch_size: submit refuses those) runs alone rather than never.
+            if pending.batch <= room or not taken:
                 taken.append(pending)
                 room -= pending.batch
-                if room == 0 or not self.combine:
+                if room <= 0 or not self.combine:
                     break
         for pending in taken:
             self._remove(pending)

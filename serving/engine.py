@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from serving import batchcost
+from serving.batchcost import CostCurve
 from serving.batching import Batcher, BatchObserver, BatchTracer, Pending
 from serving.errors import InvalidInput, ModelNotFound, Overloaded, ServingError, Unavailable, client_error_kind
 from serving.modelconfig import ModelConfig, effective_config
@@ -210,8 +212,12 @@ class Engine:
         session = load_session(version_dir / "model.onnx", replace(self.runtime, intra_op_threads=threads))
         check_spec_matches(spec, session.session)
         started = time.perf_counter()
-        sample = self._warm_up(spec, session, config.max_batch_size)
+        ran = self._warm_up(spec, session, config.max_batch_size)
         warmup_s = time.perf_counter() - started
+        sample = min(ran, key=lambda t: sum(a.size for a in t.values()), default=None)
+        if b.learn_batch_limits and config.combine and config.max_batch_size > 1:
+            curve = self._measure_cost(spec, session, ran, config.max_batch_size)
+            config = effective_config(spec, b, instances, curve)
         observer = self._observer_factory(spec.name, spec.version, slot) if self._observer_factory else None
         batcher = Batcher(
             session.run,
@@ -226,6 +232,7 @@ class Engine:
             tracer=self._tracer_factory(spec.name, spec.version, slot) if self._tracer_factory else None,
             name=f"{spec.name}-{slot}",
             input_sample_every=b.input_sample_every,
+            batch_limits=config.batch_limits,
         )
         loaded = LoadedVersion(spec, slot, session, batcher, version_dir, config, warmup_s, sample)
         with self._lock:
@@ -244,8 +251,42 @@ class Engine:
         )
         return loaded
 
-    def _warm_up(self, spec: ModelSpec, session: Session, max_batch: int) -> dict[str, np.ndarray] | None:
-        """Run the warm-up samples; return the smallest one that ran (None if none did)."""
+    def _measure_cost(
+        self, spec: ModelSpec, session: Session, ran: list[dict[str, np.ndarray]], max_batch: int
+    ) -> CostCurve | None:
+        """Time the warm-up samples at batch 1, 2, 4, ... per sequence bucket (serving.batchcost); None: none fit."""
+        samples: dict[int, dict[str, np.ndarray]] = {}
+        for tensors in sorted(ran, key=lambda t: sum(a.size for a in t.values())):
+            try:
+                _, seq_len = spec.check_inputs(tensors)
+            except ServingError:  # a declared sample of a shape requests may not have: not a request's cost
+                continue
+            samples.setdefault(spec.bucket_of(seq_len), tensors)
+        if not samples:
+            return None
+        b = self.batching
+        # NOTE: with one intra-op thread on the CPU, ONNX Runtime runs in this thread: its CPU time is the
+        # run's cost whatever else the cores do (a busy machine at load would otherwise skew the curve).
+        alone = session.provider == CPU and session.session.get_session_options().intra_op_num_threads == 1
+        clock = time.thread_time if alone else time.perf_counter
+        try:
+            curve = batchcost.measure(
+                session.run, samples, max_batch, b.batch_cost_margin, b.batch_cost_budget_s, clock
+            )
+        except Exception as exc:  # ONNX Runtime's own types: a tiled sample the model refuses bounds nothing
+            log.warning("%s %s: batch cost not measured, batches up to %d: %s", spec.name, spec.version, max_batch, exc)
+            return None
+        log.info(
+            "%s %s: batch limits %s per sequence bucket from its cost curve (%.2fs)",
+            spec.name,
+            spec.version,
+            curve.limits_under(max_batch),
+            curve.seconds,
+        )
+        return curve
+
+    def _warm_up(self, spec: ModelSpec, session: Session, max_batch: int) -> list[dict[str, np.ndarray]]:
+        """Run the warm-up samples; return those that ran."""
         declared = declared_warmup(spec)
         for index, sample in enumerate(declared):
             try:
@@ -261,7 +302,7 @@ class Engine:
                     ran.append(sample)
                 except Exception as exc:  # best effort: guessed inputs may be ones the model rightly refuses
                     log.warning("%s %s: inferred warm-up input skipped: %s", spec.name, spec.version, exc)
-        return min(ran, key=lambda t: sum(a.size for a in t.values()), default=None)
+        return ran
 
     def unload(self, name: str, slot: str) -> None:
         """Take a slot out of service, finishing what it accepted first; a model left with no slot is forgotten."""
@@ -312,11 +353,13 @@ class Engine:
         refused = 0
         for version in loaded:
             # A model's own delay and queue size stay; the engine's batch size caps its own.
-            version.config = config = effective_config(version.spec, b, version.config.instances)
+            previous = version.config
+            version.config = config = effective_config(version.spec, b, previous.instances, previous.cost_curve)
             refused += version.batcher.reconfigure(
                 max_batch_size=config.max_batch_size,
                 max_queue_delay_s=config.max_queue_delay_s,
                 max_queue_size=config.max_queue_size,
+                batch_limits=config.batch_limits,
             )
         log.info(
             "batching now max_batch_size=%d max_queue_delay_ms=%g max_queue_size=%d (%d loaded versions%s)",

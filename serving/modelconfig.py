@@ -9,13 +9,18 @@ How they combine (the runbook's `set_batching` changes the engine-wide values at
   them, else the engine's (so `set_batching` moves only the models that did not choose).
 - preferred batch sizes: the model's, those over the effective max batch size dropped.
 - with batching switched off engine-wide, nothing is merged and nobody waits for a batch.
+- batch limits: where warm-up measured the version's cost curve (serving.batchcost), per sequence
+  bucket the batch size past which cost per sample stopped falling, under the max batch size;
+  requests are merged up to it. Recomputed from the same curve when the engine-wide max changes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from typing import Any
 
+from serving.batchcost import CostCurve
 from serving.settings import BatchingSettings
 from serving.tensors import ModelSpec
 
@@ -31,6 +36,9 @@ class ModelConfig:
     preferred_batch_sizes: tuple[int, ...]
     default_timeout_ms: float
     instances: int
+    # Per sequence bucket (0: no sequence axis), the largest batch requests are merged into; empty: max_batch_size.
+    batch_limits: dict[int, int] = field(default_factory=dict)
+    cost_curve: CostCurve | None = None  # what warm-up measured, when it did
 
     @property
     def max_queue_delay_s(self) -> float:
@@ -41,10 +49,13 @@ class ModelConfig:
         return self.default_timeout_ms / 1000
 
 
-def effective_config(spec: ModelSpec, engine: BatchingSettings, instances: int) -> ModelConfig:
+def effective_config(
+    spec: ModelSpec, engine: BatchingSettings, instances: int, cost_curve: CostCurve | None = None
+) -> ModelConfig:
     """Combine a model's own configuration with the engine-wide settings (see the module docstring)."""
     combine = engine.enabled and spec.batched
     max_batch = min(engine.max_batch_size, spec.max_batch_size) if spec.batched else 1
+    limits = cost_curve.limits_under(max_batch) if cost_curve is not None and combine else {}
     delay = engine.max_queue_delay_ms if spec.max_queue_delay_ms is None else spec.max_queue_delay_ms
     return ModelConfig(
         combine=combine,
@@ -54,6 +65,8 @@ def effective_config(spec: ModelSpec, engine: BatchingSettings, instances: int) 
         preferred_batch_sizes=tuple(b for b in spec.preferred_batch_sizes if b <= max_batch) if combine else (),
         default_timeout_ms=engine.default_timeout_ms if spec.default_timeout_ms is None else spec.default_timeout_ms,
         instances=instances,
+        batch_limits=limits,
+        cost_curve=cost_curve,
     )
 
 
@@ -79,8 +92,18 @@ def triton_config(spec: ModelSpec, config: ModelConfig, on_gpu: bool) -> dict[st
             },
         },
     }
+    parameters: dict[str, dict[str, str]] = {}
     if spec.sequence_buckets:
-        result["parameters"] = {"sequence_buckets": {"string_value": ",".join(map(str, spec.sequence_buckets))}}
+        parameters["sequence_buckets"] = {"string_value": ",".join(map(str, spec.sequence_buckets))}
+    if config.cost_curve is not None:
+        # Triton's parameters are strings: "bucket:limit" pairs, and the measured curve as JSON
+        # ({bucket: {batch size: ms per sample}}; bucket 0 for a model without a sequence axis).
+        parameters["batch_limits"] = {
+            "string_value": ",".join(f"{bucket}:{limit}" for bucket, limit in sorted(config.batch_limits.items()))
+        }
+        parameters["batch_cost_ms_per_sample"] = {"string_value": json.dumps(config.cost_curve.describe())}
+    if parameters:
+        result["parameters"] = parameters
     if spec.warmup:
         types = {t.name: t.to_config(spec.batched)["data_type"] for t in spec.inputs}
         result["model_warmup"] = [

@@ -43,6 +43,12 @@ class BatchingSettings:
     warmup_max_sequence: int = 128
     # One successful request in this many has its numeric inputs summarised for drift (serving.inputstats); 0: none.
     input_sample_every: int = 16
+    # Time batch sizes 1, 2, 4, ... at load and merge requests only up to the smallest size whose cost per
+    # sample is within `batch_cost_margin` of the best (serving.batchcost), within `batch_cost_budget_s`.
+    # Off here so in-process engines batch by the limits alone; the control plane turns it on by default.
+    learn_batch_limits: bool = False
+    batch_cost_margin: float = 0.05
+    batch_cost_budget_s: float = 3.0
 
 
 def parallelism(runtime: RuntimeSettings, batching: BatchingSettings, on_gpu: bool) -> tuple[int, int]:

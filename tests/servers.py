@@ -123,6 +123,9 @@ def start_server(home: Path, env: dict[str, str] | None = None, ready_timeout: f
         "FLIGHTDECK_WORKERS": "1",  # the product's default follows the cores; tests about several workers say 2
         "FLIGHTDECK_RECEIVER_ALLOW": "127.0.0.1",  # the tests' chat receivers listen on loopback
         "FLIGHTDECK_WARMUP_MAX_SEQUENCE": "16",  # each worker's text-model warm-up: ~0.05 s instead of ~1.5 s
+        # Batches up to the max batch size, as tests about batching expect, whatever this machine's timings say
+        # (tests/serving/test_batchcost.py and test_inference_api's config test turn the cost curve on).
+        "FLIGHTDECK_BATCH_LIMIT_FROM_COST": "false",
         "FLIGHTDECK_GRPC_PORT": "0",  # no gRPC unless a test asks (with a free port): 8001 is one port for all
         **(env or {}),
     }

@@ -216,6 +216,22 @@ def test_model_config_for_textcls_lists_dynamic_sequence_dims(client) -> None:
     assert config["output"] == [{"name": "logits", "data_type": "TYPE_FP32", "dims": [3]}]
 
 
+def test_model_config_shows_the_batch_limits_learned_at_load(app_config: dict, request: pytest.FixtureRequest) -> None:
+    app_config["batch_limit_from_cost"] = True  # the product's default (the tests' apps turn it off)
+    client = request.getfixturevalue("client")
+    engine = request.getfixturevalue("app").extensions["flightdeck"].engine
+    for path, name in ((TEXT, "textcls"), (MLP, "mlp")):
+        config = client.get(f"{path}/config").get_json()
+        (loaded,) = engine.loaded(name)
+        # What the batcher merges up to, per sequence bucket (16: the tests' warm-up; 0: no sequence axis).
+        limits = dict(pair.split(":") for pair in config["parameters"]["batch_limits"]["string_value"].split(","))
+        assert {int(k): int(v) for k, v in limits.items()} == loaded.batcher.batch_limits
+        assert set(limits) == ({"16"} if name == "textcls" else {"0"})
+        curve = json.loads(config["parameters"]["batch_cost_ms_per_sample"]["string_value"])
+        assert list(curve) == list(limits) and curve[next(iter(limits))]["1"] > 0
+        assert all(1 <= int(v) <= config["max_batch_size"] for v in limits.values())
+
+
 # -- inference ----------------------------------------------------------------------------------
 
 
