@@ -43,8 +43,7 @@ NOTABLE = 0.1
 # Each point of a drift series scores at least this much of the history before it.
 SERIES_WINDOW = timedelta(minutes=15)
 # Rows `aggregate` holds in memory at once, however many the window has.
-STREAM_ROWS = 500
-_AGGREGATED = tuple(getattr(SlotSample, name) for name in SlotAggregate.COLUMNS)
+STREAM_ROWS = 100
 
 
 @dataclass(frozen=True)
@@ -113,7 +112,7 @@ def aggregate(session: Session, model: str, version: str, start: datetime, end: 
     # and reading whole ORM rows, all at once, held ~5 KB per row: 80 MB at 16,000 rows, a peak that grew with
     # the history and left the lease holder's RSS that much higher (glibc keeps freed heap).
     query = (
-        select(*_AGGREGATED)
+        select(*SlotAggregate.columns())
         .where(SlotSample.model == model, SlotSample.version == version, SlotSample.ts > start, SlotSample.ts <= end)
         .execution_options(yield_per=STREAM_ROWS)
     )
