@@ -35,6 +35,7 @@ JOBS = (
     "runbook-sweeper",
     "process-sweeper",
     "lease-renewal",
+    "heap-trim",
 )
 WARM_ROUNDS, ROUNDS = 4, 10
 # NOTE: the floor is noise, not growth: sqlite3 keeps a weak reference per cursor in each connection and
