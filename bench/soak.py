@@ -45,7 +45,7 @@ class Sample:
     """One reading of every process of the server's tree."""
 
     t_s: float  # since the load started
-    rps: float  # inference answers (200) per second over the last window, every workload together
+    rps: float  # inference answers (200) per second over the last windows, every workload together (nan: none yet)
     rss: dict[int, float]  # pid -> bytes
     anon: dict[int, float]
     file: dict[int, float]
@@ -133,6 +133,8 @@ class Load:
 
     def rps(self) -> float:
         with self._lock:
+            if not self.answered:
+                return float("nan")  # NOTE: the first windows end just after the first sample
             return sum(ok / seconds for ok, seconds in self.answered.values() if seconds)
 
 

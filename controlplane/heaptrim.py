@@ -1,11 +1,12 @@
 """Give the C heap's free memory back to the operating system (glibc's `malloc_trim`), where there is one.
 
 Why (issue 29, item 8): glibc keeps memory that was freed, in the main heap and in each thread's
-arena, for the next allocation; only a free block at a heap's very top is returned by itself. The
-lease holder's jobs (alert evaluation, drift scores, retention) allocate and free megabytes on the
-scheduler's threads every few seconds, so their peaks, interleaved with the serving threads' long-lived
-allocations, left its RSS growing ~1.4 MB a minute under steady load, with the bytes glibc counted
-in use flat (`malloc_stats`). `malloc_trim(0)` releases every free page of every arena.
+arena, for the next allocation; only a free block at a heap's very top is returned by itself. Under
+steady load the lease holder's RSS grew while the bytes glibc counted in use stayed flat
+(`malloc_stats`: +8.7 MB of heap, -0.2 MB in use over 5 minutes). `malloc_trim(0)` gives back every
+free page: called once on that process it returned 13 MB. It lowers the level, not the slope: with this
+job every minute the leader still grew ~63 MB an hour; fewer arenas (`MALLOC_ARENA_MAX`, set by
+`flightdeck serve`) slowed it most. Both are mitigations. Figures: SECURITY.md, "Memory over a long run".
 """
 
 from __future__ import annotations
