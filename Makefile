@@ -10,6 +10,8 @@ OTHER_ORT := $(if $(filter gpu,$(ORT)),onnxruntime,onnxruntime-gpu)
 PUBLIC_MODEL_WHEELS := rapidocr-onnxruntime==1.4.4 silero-vad==6.2.3 magika==1.0.3
 
 .PHONY: run test test-fast install bench lint docs
+# bench.soak's length: the issue's proof is 30 minutes or more (SOAK_MINUTES=5 to try something).
+SOAK_MINUTES ?= 30
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +58,7 @@ bench: install
 	$(PY) -m bench.tracing_cost  # tracing off, at 1 % and 100 %, each beside the code before tracing
 	$(PY) -m bench.canary_lab --loads 4,16 --repeats 2  # the issue's goal, 20 A/A rollouts: --repeats 10
 	$(PY) -m bench.hostile  # slow and hostile clients against steady load (SECURITY.md)
+	$(PY) -m bench.soak --minutes $(SOAK_MINUTES)  # every process's RSS each minute under steady load, slopes (SECURITY.md)
 
 lint: install
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .

@@ -21,7 +21,7 @@ from alerts.catalogue import METRICS
 from alerts.notifiers.delivery import deliver
 from alerts.rules import LIVE_METRICS, Rule, load_rules
 from alerts.slo import SLO, load_slos, with_burn_rules
-from controlplane import metrics, tracing
+from controlplane import heaptrim, metrics, tracing
 from controlplane.alerting.evaluator import AlertEvaluator, EvaluatorSettings
 from controlplane.alerting.outbox import deliver_due
 from controlplane.alerting.secretbox import Keyring
@@ -46,6 +46,8 @@ from serving.engine import Engine
 from serving.runtime import check_single_distribution
 
 log = logging.getLogger(__name__)
+# How often each process gives its free C heap back (controlplane.heaptrim: it walks the free lists, madvise per page run).
+HEAP_TRIM_S = 60.0
 
 
 @dataclass(kw_only=True)
@@ -228,6 +230,8 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         )
         # Every node, not only the leader: each has its own cache (a no-op on the local disk).
         scheduler.add_local_job(registry.prune_copies, settings.cache_prune_s, "cache-prune")
+        # Every process: the leader's jobs free the most, but the serving threads' heap fragments too.
+        scheduler.add_local_job(heaptrim.trim, HEAP_TRIM_S, "heap-trim")
         scheduler.start()
         services.scheduler = scheduler
     services.refresh_gauges()

@@ -12,8 +12,9 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
 from alerts.catalogue import METRICS, SLOT_METRICS
@@ -51,7 +52,21 @@ class SlotAggregate:
     # Sampled numeric inputs per feature: {n, sum, sumsq, bins} (serving.inputstats; merged by adding).
     inputs: dict[str, dict] = field(default_factory=dict)
 
-    def add(self, row: SlotSample) -> None:
+    # The columns `add` reads: a query that only adds rows up selects these (`columns()`), not whole ORM rows.
+    COLUMNS = (
+        "successes", "errors", "client_errors", "client_error_kinds", "timeouts", "rejections", "latency_hist",
+        "latency_sum_s", "queue_depth_max", "queue_depth_mean", "interval_s", "batches", "batch_sizes",
+        "real_tokens", "padded_tokens", "shadow_compared", "shadow_agreed", "compute_hist", "label_counts",
+        "input_summaries",
+    )  # fmt: skip
+
+    @classmethod
+    def columns(cls) -> tuple[Any, ...]:
+        """The SlotSample columns `add` reads, to select instead of whole ORM rows."""
+        return tuple(getattr(SlotSample, name) for name in cls.COLUMNS)
+
+    def add(self, row: SlotSample | Row[Any]) -> None:
+        """Add one history row (an ORM object, or a row of `COLUMNS`)."""
         self.successes += row.successes
         self.errors += row.errors
         self.client_errors += row.client_errors or 0

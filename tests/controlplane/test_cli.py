@@ -183,3 +183,20 @@ def test_a_database_server_that_is_down_is_one_line(tmp_path: Path, monkeypatch)
     assert result.exit_code == EXIT_UNAVAILABLE and "Traceback" not in result.output, result.output
     assert result.output.startswith("Error: cannot use the database at postgresql+psycopg://fd:***@127.0.0.1:9/fd")
     assert "hunter2" not in result.output and len(result.output.splitlines()) == 1
+
+
+def test_serve_caps_glibcs_malloc_arenas_unless_the_caller_chose(home: Path, monkeypatch) -> None:
+    # NOTE: issue 29, item 8: one arena per thread grew the lease holder's RSS under steady load (SECURITY.md).
+    execs: list[dict[str, str]] = []
+
+    def execv(path: str, argv: list[str]) -> None:
+        execs.append(dict(os.environ))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(os, "execv", execv)
+    monkeypatch.setenv("FLIGHTDECK_HOME", str(home))
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    assert CliRunner().invoke(cli, ["serve"]).exit_code == 0
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert CliRunner().invoke(cli, ["serve"]).exit_code == 0
+    assert [e.get("MALLOC_ARENA_MAX") for e in execs] == ["2", "4"]
