@@ -21,7 +21,7 @@ from alerts.catalogue import METRICS
 from alerts.notifiers.delivery import deliver
 from alerts.rules import LIVE_METRICS, Rule, load_rules
 from alerts.slo import SLO, load_slos, with_burn_rules
-from controlplane import heaptrim, metrics, tracing
+from controlplane import metrics, tracing
 from controlplane.alerting.evaluator import AlertEvaluator, EvaluatorSettings
 from controlplane.alerting.outbox import deliver_due
 from controlplane.alerting.secretbox import Keyring
@@ -43,10 +43,13 @@ from controlplane.runbooks.catalog import runbook_directory
 from controlplane.runbooks.runner import RunbookRunner, build_runner
 from controlplane.scheduler import LeaderScheduler
 from serving.engine import Engine
+from serving.memory import trim_heap
 from serving.runtime import check_single_distribution
 
 log = logging.getLogger(__name__)
-# How often each process gives its free C heap back (controlplane.heaptrim: it walks the free lists, madvise per page run).
+# How often each process gives its free C heap back (serving.memory.trim_heap, glibc's malloc_trim). A mitigation
+# (issue 29, item 8): glibc keeps freed heap in each thread's arena; under steady load the lease holder's RSS grew
+# with the bytes in use flat. It lowers the level, not the slope (SECURITY.md, "Memory over a long run").
 HEAP_TRIM_S = 60.0
 
 
@@ -231,7 +234,7 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         # Every node, not only the leader: each has its own cache (a no-op on the local disk).
         scheduler.add_local_job(registry.prune_copies, settings.cache_prune_s, "cache-prune")
         # Every process: the leader's jobs free the most, but the serving threads' heap fragments too.
-        scheduler.add_local_job(heaptrim.trim, HEAP_TRIM_S, "heap-trim")
+        scheduler.add_local_job(trim_heap, HEAP_TRIM_S, "heap-trim")
         scheduler.start()
         services.scheduler = scheduler
     services.refresh_gauges()

@@ -1,4 +1,4 @@
-"""Free C heap goes back to the OS (controlplane.heaptrim), which glibc does not do by itself below a live block."""
+"""Free C heap goes back to the OS (serving.memory.trim_heap, the heap-trim job), which glibc does not do by itself below a live block."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane import heaptrim
+from serving.memory import heap_stats, trim_heap
 
 
 def anonymous_bytes() -> int:
@@ -16,7 +16,7 @@ def anonymous_bytes() -> int:
     raise AssertionError("no Anonymous line in smaps_rollup")
 
 
-@pytest.mark.skipif(not heaptrim.available() or not Path("/proc/self/smaps_rollup").exists(), reason="glibc, Linux")
+@pytest.mark.skipif(heap_stats() is None or not Path("/proc/self/smaps_rollup").exists(), reason="glibc, Linux")
 def test_trim_returns_freed_heap_that_a_live_block_above_it_holds() -> None:
     # NOTE: blocks over pymalloc's 512 bytes come from malloc; the last one stays alive, so the freed ones below
     # it are not at the heap's top, where glibc would give them back by itself: the lease holder's situation.
@@ -24,6 +24,6 @@ def test_trim_returns_freed_heap_that_a_live_block_above_it_holds() -> None:
     keep = bytes(4000)
     del blocks
     held = anonymous_bytes()
-    assert heaptrim.trim()
+    assert trim_heap()
     assert held - anonymous_bytes() > 40_000_000
     assert len(keep) == 4000
