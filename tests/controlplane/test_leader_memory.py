@@ -42,6 +42,9 @@ WARM_ROUNDS, ROUNDS = 4, 10
 # prunes them every 200 cursors (up to ~18 KB a connection between prunings), and a dict that resizes
 # shows as one block; measured 30-55 KB over 14 rounds. The 0.26 MB a minute was ~15 KB a round.
 ALLOWED_PER_ROUND = 8192  # bytes
+# One frame per trace: the sums compared are the same with more, and each frame more made the traced rounds
+# slower (8 frames: ~4x the CPU of 1, most of this file's time). Raise it to read a failure's callers.
+TRACED_FRAMES = 1
 
 
 @pytest.fixture
@@ -78,7 +81,7 @@ def test_the_leaders_jobs_keep_no_memory_however_often_they_run(leader: Services
     # The inotify watcher (another thread, not a job) blocks in os.read(fd, 65536) with its 64 KiB buffer
     # allocated: caught in one snapshot and not the next, that buffer looked like growth (seen in CI).
     waiting = [tracemalloc.Filter(False, desiredchanges.__file__, all_frames=True)]
-    tracemalloc.start(8)
+    tracemalloc.start(TRACED_FRAMES)
     try:
         snapshots = []
         for _ in range(3):
