@@ -16,7 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import start_server, wait_until
+from tests.conftest import copy_home
+from tests.servers import Server, start_server, wait_until
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory: pytest.TempPathFactory, template_home: Path):
+    """One server on the defaults for the tests that only send it requests (each start costs ~4 s of CPU)."""
+    home = copy_home(template_home, tmp_path_factory.mktemp("shared") / "home")
+    server = start_server(home, {"FLIGHTDECK_WORKERS": "1", "FLIGHTDECK_LOAD_MODELS": "mlp,textcls"})
+    yield server
+    assert server.stop() == 0
 
 
 def textcls_body(length: int, seed: int) -> dict:
@@ -153,23 +163,20 @@ def raw_exchange(url: str, data: bytes, chunk: int = 16 * 1024) -> bytes:
         return answer
 
 
-def test_a_request_head_over_the_limit_is_refused_and_a_normal_one_still_served(home: Path) -> None:
-    server = start_server(home, {"FLIGHTDECK_LOAD_MODELS": "mlp"})
-    try:
-        huge_header = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * (200 * 1024) + b"\r\n\r\n"
-        assert raw_exchange(server.url, huge_header).startswith(b"HTTP/1.1 431 ")
-        many_headers = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n" + b"X-A: b\r\n" * 20000 + b"\r\n"
-        assert raw_exchange(server.url, many_headers).startswith(b"HTTP/1.1 431 ")
-        long_url = b"GET /v2/health/live?" + b"q" * (200 * 1024) + b" HTTP/1.1\r\nHost: x\r\n\r\n"
-        assert raw_exchange(server.url, long_url).startswith(b"HTTP/1.1 431 ")
-        # A body far larger than the head limit is not a head: a 1 MiB upload's bytes are not counted.
-        big_body = json.dumps({"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32",
-                                           "data": [0.25] * 64}], "id": "x" * (1024 * 1024)}).encode()  # fmt: skip
-        status, body, _ = server.post("/v2/models/mlp/infer", big_body)
-        assert status == 200 and body["id"] == "x" * (1024 * 1024)
-        assert server.get("/v2/health/live")[0] == 200
-    finally:
-        assert server.stop() == 0
+def test_a_request_head_over_the_limit_is_refused_and_a_normal_one_still_served(shared_server: Server) -> None:
+    server = shared_server
+    huge_header = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * (200 * 1024) + b"\r\n\r\n"
+    assert raw_exchange(server.url, huge_header).startswith(b"HTTP/1.1 431 ")
+    many_headers = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n" + b"X-A: b\r\n" * 20000 + b"\r\n"
+    assert raw_exchange(server.url, many_headers).startswith(b"HTTP/1.1 431 ")
+    long_url = b"GET /v2/health/live?" + b"q" * (200 * 1024) + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+    assert raw_exchange(server.url, long_url).startswith(b"HTTP/1.1 431 ")
+    # A body far larger than the head limit is not a head: a 1 MiB upload's bytes are not counted.
+    big_body = json.dumps({"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32",
+                                       "data": [0.25] * 64}], "id": "x" * (1024 * 1024)}).encode()  # fmt: skip
+    status, body, _ = server.post("/v2/models/mlp/infer", big_body)
+    assert status == 200 and body["id"] == "x" * (1024 * 1024)
+    assert server.get("/v2/health/live")[0] == 200
 
 
 def failed_login_address(server, forwarded_for: str) -> str:
@@ -184,27 +191,26 @@ def failed_login_address(server, forwarded_for: str) -> str:
     return address
 
 
-@pytest.mark.parametrize("trusted", [None, "127.0.0.1"], ids=["default", "proxy-named"])
 def test_a_forwarded_address_counts_only_from_a_proxy_named_in_forwarded_allow_ips(
-    home: Path, trusted: str | None
+    shared_server: Server, home: Path
 ) -> None:
-    env = {"FLIGHTDECK_LOAD_MODELS": "mlp", **({"FORWARDED_ALLOW_IPS": trusted} if trusted else {})}
-    server = start_server(home, env)
+    assert failed_login_address(shared_server, "203.0.113.9") == "127.0.0.1"  # the default trusts no proxy
+    server = start_server(home, {"FLIGHTDECK_LOAD_MODELS": "mlp", "FORWARDED_ALLOW_IPS": "127.0.0.1"})
     try:
         address = failed_login_address(server, "203.0.113.9")
     finally:
         assert server.stop() == 0
-    assert address == ("203.0.113.9" if trusted else "127.0.0.1")
+    assert address == "203.0.113.9"
 
 
 def test_concurrent_requests_on_the_event_loop_are_batched_and_each_answer_is_plain_onnx_runtimes(
-    home: Path,
+    shared_server: Server,
 ) -> None:
     import numpy as np
     import onnxruntime as ort
 
-    server = start_server(home, {"FLIGHTDECK_WORKERS": "1", "FLIGHTDECK_LOAD_MODELS": "textcls"})
-    model = next(m.parent for m in home.rglob("manifest.json") if json.loads(m.read_text())["name"] == "textcls"
+    server = shared_server
+    model = next(m.parent for m in server.home.rglob("manifest.json") if json.loads(m.read_text())["name"] == "textcls"
                  and str(json.loads(m.read_text())["version"]) == "1") / "model.onnx"  # fmt: skip
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     bodies = [textcls_body(16 + (seed % 3) * 8, seed) for seed in range(32)]  # three lengths: three shape groups
@@ -218,19 +224,16 @@ def test_concurrent_requests_on_the_event_loop_are_batched_and_each_answer_is_pl
         s = server.get("/v2/models/textcls/stats")[1]["model_stats"][0]
         return s["inference_count"], s["execution_count"]
 
-    try:
-        before = stats()
-        for _ in range(5):  # NOTE: rounds until the server reports a batch of more than one (almost always the first)
-            threads = [threading.Thread(target=call, args=(seed,)) for seed in range(32)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(60)
-            inferences, executions = (a - b for a, b in zip(stats(), before))
-            if executions < inferences:
-                break
-    finally:
-        assert server.stop() == 0
+    before = stats()
+    for _ in range(5):  # NOTE: rounds until the server reports a batch of more than one (almost always the first)
+        threads = [threading.Thread(target=call, args=(seed,)) for seed in range(32)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        inferences, executions = (a - b for a, b in zip(stats(), before, strict=True))
+        if executions < inferences:
+            break
     assert executions < inferences, "32 concurrent requests never shared a batch"
     for seed, body in enumerate(bodies):
         status, answer = answers[seed]
