@@ -67,13 +67,28 @@ def _slot_metric(session: Session, rule: Rule, now: datetime) -> dict[Key, float
         else:
             judged = {k: _judged(rule, agg.value(c.metric, seconds), agg.requests) for k, agg in merged.items()}
         return {k: v for k, v in judged.items() if v is not None}
-    points: dict[Key, dict[datetime, SlotAggregate]] = defaultdict(lambda: defaultdict(SlotAggregate))
+    # NOTE: one interval's aggregate per label set at a time, its value kept once the next interval begins (rows
+    # come in time order): an aggregate per interval of the window made the peak grow with the server's history.
+    current: dict[Key, tuple[datetime, SlotAggregate]] = {}
+    values: dict[Key, list[float]] = defaultdict(list)
+    requests: dict[Key, int] = defaultdict(int)
+
+    def close(key: Key) -> None:
+        _, agg = current.pop(key)
+        requests[key] += agg.requests
+        if (value := agg.value(c.metric, 10.0)) is not None:
+            values[key].append(value)
+
     for row in rows:
-        points[_key({"model": row.model, "version": row.version, "slot": row.slot}, c.by)][row.ts].add(row)
+        key = _key({"model": row.model, "version": row.version, "slot": row.slot}, c.by)
+        if key in current and current[key][0] != row.ts:
+            close(key)
+        current.setdefault(key, (row.ts, SlotAggregate()))[1].add(row)
+    for key in list(current):
+        close(key)
     result = {}
-    for key, by_time in points.items():
-        values = [v for _, agg in sorted(by_time.items()) if (v := agg.value(c.metric, 10.0)) is not None]
-        combined = _judged(rule, _combine(values, c.aggregation), sum(agg.requests for agg in by_time.values()))
+    for key, total in requests.items():
+        combined = _judged(rule, _combine(values[key], c.aggregation), total)
         if combined is not None:
             result[key] = combined
     return result
