@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import json
 import os
+import select
 import subprocess
 import sys
 import time
@@ -81,9 +82,15 @@ def drive(
         before = probe()
         _expect(child, child.stdout.readline(), b"END ")
         after = probe()
-        line = child.stdout.readline()
+        line = child.stdout.read()  # NOTE: to the end: a result cut short shows as such, with the child's stderr
         _expect(child, line, b"{")
         child.wait(timeout_s)
+        if child.returncode != 0 or not line.endswith(b"}\n"):
+            err = child.stderr.read()  # type: ignore[union-attr]
+            raise RuntimeError(
+                f"bench.loadgen exited with {child.returncode} after {len(line)} bytes of its result; stderr:\n"
+                f"{err.decode()[-4000:]}"
+            )
     finally:
         if child.poll() is None:
             child.kill()
@@ -305,10 +312,17 @@ async def measure_window(recorder: Recorder, warmup_s: float, seconds: float) ->
 
 def _say(line: str) -> None:
     # NOTE: uvloop leaves stdout non-blocking; the result line (every latency) can pass the pipe's 64 KiB, and a
-    # partial write then cut it short whenever the parent was slow to read.
-    os.set_blocking(sys.stdout.fileno(), True)
-    sys.stdout.write(line + "\n")
+    # partial write then cut it short whenever the parent was slow to read. Written with os.write until all of it
+    # is out, waiting for the pipe whenever it is full, whatever mode the descriptor is in.
     sys.stdout.flush()
+    fd = sys.stdout.fileno()
+    os.set_blocking(fd, True)
+    data = memoryview((line + "\n").encode())
+    while data:
+        try:
+            data = data[os.write(fd, data) :]
+        except BlockingIOError:
+            select.select([], [fd], [])
 
 
 def arguments(prog: str, doc: str, path: str | None = None) -> argparse.ArgumentParser:
