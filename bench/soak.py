@@ -51,7 +51,6 @@ class Sample:
     file: dict[int, float]
     leader: int | None  # the pid holding the scheduler lease
     prometheus_bytes: int
-    in_use: dict[int, float] = field(default_factory=dict)  # pid -> heap bytes in use, as the process last recorded
     load1: float = field(default_factory=lambda: os.getloadavg()[0])
 
 
@@ -76,26 +75,6 @@ def lease_holder(home: Path) -> int | None:
         return int(row[0].split(":")[-2]) if row else None
     except (ValueError, IndexError):
         return None
-
-
-def heap_in_use(home: Path) -> dict[int, float]:
-    """Return each process's latest heap reading of its own (glibc's bytes in use, idle arenas left out).
-
-    Every process records it in the history (device 'cpu', process NODE:PID) each interval: RSS that grows with
-    this flat is the allocator keeping freed pages (fragmentation); with this growing, something keeps objects.
-    """
-    with closing(sqlite3.connect(home / "flightdeck.db", timeout=5)) as db:
-        rows = db.execute(
-            "SELECT process, in_use_bytes FROM device_samples WHERE id IN"
-            " (SELECT max(id) FROM device_samples WHERE device = 'cpu' AND resolution_s = 0 GROUP BY process)"
-        ).fetchall()
-    found = {}
-    for process, in_use in rows:
-        try:
-            found[int(process.rsplit(":", 1)[1])] = float(in_use)
-        except (ValueError, IndexError, TypeError):
-            continue
-    return found
 
 
 def directory_bytes(folder: Path) -> int:
@@ -184,21 +163,17 @@ def summarise(samples: list[Sample], pids: list[int], master: int, warmup_s: flo
     after = [s for s in samples if s.t_s >= warmup_s]
     print(f"\nslopes over the {len(after)} samples from minute {warmup_s / 60:g} to {samples[-1].t_s / 60:.1f} "
           "(least squares, MB per hour; goal: RSS under 1 MB/h for every process)")  # fmt: skip
-    print(
-        f"{'process':>16} {'RSS MB first':>12} {'last':>7} {'RSS MB/h':>9} {'anon MB/h':>9} {'file MB/h':>9}"
-        f" {'in use MB/h':>11}"
-    )
+    print(f"{'process':>16} {'RSS MB first':>12} {'last':>7} {'RSS MB/h':>9} {'anon MB/h':>9} {'file MB/h':>9}")
     for pid in pids:
         rss = [(s.t_s, s.rss[pid]) for s in after if pid in s.rss]
         if not rss:
             continue
         anon = [(s.t_s, s.anon[pid]) for s in after if pid in s.anon]
         file = [(s.t_s, s.file[pid]) for s in after if pid in s.file]
-        in_use = [(s.t_s, s.in_use[pid]) for s in after if pid in s.in_use]
         led = sum(1 for s in after if s.leader == pid)
         role = "master" if pid == master else ("worker, leader" if led > len(after) / 2 else "worker")
         print(f"{role + ' ' + str(pid):>16} {rss[0][1] / MB:12.1f} {rss[-1][1] / MB:7.1f} {slope_per_hour(rss):9.2f} "
-              f"{slope_per_hour(anon):9.2f} {slope_per_hour(file):9.2f} {slope_per_hour(in_use):11.2f}")  # fmt: skip
+              f"{slope_per_hour(anon):9.2f} {slope_per_hour(file):9.2f}")  # fmt: skip
     prom = [(s.t_s, float(s.prometheus_bytes)) for s in after]
     print(f"{'prometheus dir':>16} {prom[0][1] / MB:12.1f} {prom[-1][1] / MB:7.1f} {slope_per_hour(prom):9.2f}")
     leaders = {s.leader for s in samples}
@@ -235,7 +210,6 @@ def run(args: argparse.Namespace) -> int:
                     time.monotonic() - start, load.rps(),
                     {p: m[0] for p, m in readings.items() if m}, {p: m[1] for p, m in readings.items() if m},
                     {p: m[2] for p, m in readings.items() if m}, lease_holder(home), directory_bytes(home / "prometheus"),
-                    heap_in_use(home),
                 )  # fmt: skip
                 samples.append(sample)
                 print_row(sample, pids)
@@ -257,13 +231,12 @@ def run(args: argparse.Namespace) -> int:
 def write_csv(path: Path, samples: list[Sample], pids: list[int]) -> None:
     with path.open("w", newline="") as out:
         writer = csv.writer(out)
-        writer.writerow(["t_s", "rps", "load1", "prometheus_bytes", "pid", "leader", "rss", "anon", "file", "in_use"])
+        writer.writerow(["t_s", "rps", "load1", "prometheus_bytes", "pid", "leader", "rss", "anon", "file"])
         for s in samples:
             for pid in pids:
                 if pid in s.rss:
                     writer.writerow([f"{s.t_s:.1f}", f"{s.rps:.0f}", s.load1, s.prometheus_bytes, pid,
-                                     int(pid == s.leader), s.rss[pid], s.anon[pid], s.file[pid],
-                                     s.in_use.get(pid, "")])  # fmt: skip
+                                     int(pid == s.leader), s.rss[pid], s.anon[pid], s.file[pid]])  # fmt: skip
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
