@@ -64,12 +64,6 @@ def serve(obj: CliContext, host: str | None, port: int | None, workers: int | No
     # before the exec): with one per thread (up to 8 per core), the lease holder's jobs on the scheduler's threads
     # grew its RSS ~60-90 MB an hour under steady load with the bytes in use flat (issue 29; bench.soak).
     os.environ.setdefault("MALLOC_ARENA_MAX", "2")
-    # NOTE: Python's objects from glibc's malloc, not CPython's small-object allocator, unless the caller chose:
-    # pymalloc keeps a 1 MiB arena while one object in it lives, so the leader's jobs (temporaries beside objects
-    # that stay) left arenas of empty pools (in one process: 76 to 83 arenas, empty pools 135 to 544, the bytes in
-    # use flat), which no trim gives back. glibc's free pages go back to the OS with the heap-trim job's
-    # malloc_trim. Measured as costing nothing per request (bench.peers, CPU per request within noise).
-    os.environ.setdefault("PYTHONMALLOC", "malloc")
     # NOTE: exec, so gunicorn's master gets signals (SIGTERM drains) directly.
     argv = [sys.executable, "-m", "gunicorn", "-c", str(config), "--pythonpath", str(app_dir)]
     os.execv(sys.executable, argv)
