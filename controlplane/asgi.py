@@ -186,6 +186,7 @@ async def read_body(receive: Receive, length: str | None, limit: int, max_values
     chunks: list[bytes] = []
     size = 0
     values_limit = max_values or 0
+    refused = False  # too many values: from then on the rest is only counted against `limit`, not kept
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
@@ -194,14 +195,15 @@ async def read_body(receive: Receive, length: str | None, limit: int, max_values
         size += len(chunk)
         if size > limit:
             raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
-        if max_values is not None and max_values > 0:
-            max_values -= chunk.count(b",")
-            if max_values <= 0:
-                chunks.clear()  # NOTE: refused from here on: the rest is only counted against `limit`
-        if max_values is None or max_values > 0:
+        if not refused:
             chunks.append(chunk)
+            if max_values is not None:
+                max_values -= chunk.count(b",")
+                refused = max_values <= 0
+                if refused:
+                    chunks.clear()
         if not message.get("more_body", False):
-            if max_values is not None and max_values <= 0:
+            if refused:
                 raise too_many_values(values_limit)
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 

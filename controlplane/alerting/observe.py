@@ -83,7 +83,9 @@ def _slot_metric(session: Session, rule: Rule, now: datetime) -> dict[Key, float
         key = _key({"model": row.model, "version": row.version, "slot": row.slot}, c.by)
         if key in current and current[key][0] != row.ts:
             close(key)
-        current.setdefault(key, (row.ts, SlotAggregate()))[1].add(row)
+        if key not in current:
+            current[key] = (row.ts, SlotAggregate())
+        current[key][1].add(row)
     for key in list(current):
         close(key)
     result = {}
