@@ -22,6 +22,7 @@ from tests.conftest import copy_home
 from tests.controlplane.conftest import token_for
 from tests.controlplane.registry.conftest import WEIGHTS, add_manifest, add_model, good_members, make_tar
 from tests.servers import Server, start_server, wait_until
+from tests.tritonhttp import Client
 
 ADDER = make_tar(good_members(add_model(), add_manifest()))
 
@@ -54,7 +55,7 @@ def ready_everywhere(server: Server, name: str, tries: int = 12) -> set[int]:
 def test_tritonclient_index_load_and_unload_drive_the_served_set(repository_server: Server) -> None:
     server = repository_server
     auth = {"Authorization": f"Bearer {server.token}"}
-    triton = httpclient.InferenceServerClient(url=server.url.removeprefix("http://"))
+    triton = Client(url=server.url.removeprefix("http://"))
     try:
         with pytest.raises(InferenceServerException, match="authentication required") as anonymous:
             triton.get_model_repository_index()

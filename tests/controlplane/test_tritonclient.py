@@ -14,6 +14,7 @@ from tritonclient.utils import InferenceServerException
 from tests.conftest import copy_home
 from tests.servers import Server, push_and_deploy, start_server
 from tests.signature_models import strings_reference, vad_reference, write_strings, write_vad
+from tests.tritonhttp import Client
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +31,7 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory, template_home: Path)
 
 @pytest.fixture(scope="module")
 def triton(triton_server: Server) -> Iterator[httpclient.InferenceServerClient]:
-    client = httpclient.InferenceServerClient(url=triton_server.url.removeprefix("http://"))
+    client = Client(url=triton_server.url.removeprefix("http://"))
     yield client
     client.close()
 

@@ -13,6 +13,8 @@ import requests
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
+from tests.tritonhttp import Client
+
 Inputs = dict[str, np.ndarray]
 DATATYPE_TO_NUMPY = {"FP32": np.float32, "FP64": np.float64, "INT32": np.int32, "INT64": np.int64}
 
@@ -24,17 +26,6 @@ class Answer:
     status: int
     outputs: Inputs
     error: str = ""
-
-
-class Client(httpclient.InferenceServerClient):
-    """tritonclient's HTTP client, closed by whoever made it, and only then.
-
-    NOTE: its own `__del__` closes it again, from whichever thread the garbage collector runs in, where
-    gevent refuses the pool of another thread's hub (an unraisable InvalidThreadUseError, seen in CI).
-    """
-
-    def __del__(self) -> None:
-        pass
 
 
 def infer_triton(url: str, model: str, inputs: Inputs) -> Answer:

@@ -8,7 +8,8 @@ import pytest
 from tests.public_models.catalogue import run_alone
 from tests.public_models.conftest import Deployed, Fleet
 from tests.public_models.inputs import magika_requests, magika_rows, reference
-from tests.public_models.oip import Client, assert_matches, infer_interleaved
+from tests.public_models.oip import assert_matches, infer_interleaved
+from tests.tritonhttp import Client
 
 pytestmark = pytest.mark.slow
 
