@@ -189,8 +189,35 @@ def app_config(home: Path) -> dict:
     }
 
 
+# ONNX Runtime sessions of unchanged model files, shared by the apps a test process builds (`app`): bounded, oldest out.
+_SESSIONS: dict[tuple, object] = {}
+_SESSIONS_KEPT = 8
+
+
 @pytest.fixture
-def app(app_config: dict) -> Iterator:
+def shared_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Apps in this test reuse the ONNX Runtime sessions earlier apps made from the same file and settings.
+
+    Creating the demo sessions was ~60 % of a `create_app` (the text model is 42 MB); homes hard-link the
+    template's files, so the same inode comes back test after test. Each app still gets its own `Session`
+    (gate, arena ledger) and runs its warm-up; engine tests that are about loading build their own engines.
+    """
+    from serving import engine, runtime
+
+    def load_session(path: Path, settings) -> runtime.Session:
+        st = Path(path).stat()
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, settings)
+        made = _SESSIONS.pop(key, None) or runtime.load_session(path, settings)
+        _SESSIONS[key] = made  # NOTE: re-inserted last: dicts keep insertion order, so the first key is the oldest
+        while len(_SESSIONS) > _SESSIONS_KEPT:
+            del _SESSIONS[next(iter(_SESSIONS))]
+        return runtime.Session(session=made.session, provider=made.provider, output_names=list(made.output_names))
+
+    monkeypatch.setattr(engine, "load_session", load_session)
+
+
+@pytest.fixture
+def app(app_config: dict, shared_sessions: None) -> Iterator:
     from controlplane.app import create_app
 
     application = create_app(app_config)

@@ -42,7 +42,7 @@ def app_config(home: Path) -> dict:
 
 
 @pytest.fixture
-def app(app_config: dict, runbooks_dir: Path, tmp_path: Path) -> Iterator[Flask]:
+def app(app_config: dict, runbooks_dir: Path, tmp_path: Path, shared_sessions: None) -> Iterator[Flask]:
     """The app served on 127.0.0.1, its services' runner over the test's runbooks folder."""
     from controlplane.app import create_app
 

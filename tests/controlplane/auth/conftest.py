@@ -26,7 +26,7 @@ def one_small_model(app_config: dict) -> None:
 
 
 @pytest.fixture
-def app(app_config: dict) -> Iterator[Flask]:
+def app(app_config: dict, shared_sessions: None) -> Iterator[Flask]:
     """The app, with the access blueprint registered even where create_app does not register it yet."""
     from controlplane.app import create_app
 
