@@ -15,6 +15,7 @@ import shutil
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -190,7 +191,7 @@ def app_config(home: Path) -> dict:
 
 
 # ONNX Runtime sessions of unchanged model files, shared by the apps a test process builds (`app`): bounded, oldest out.
-_SESSIONS: dict[tuple, object] = {}
+_SESSIONS: dict[tuple, Any] = {}  # key -> serving.runtime.Session (imported late, as in the fixtures)
 _SESSIONS_KEPT = 8
 
 
@@ -203,8 +204,9 @@ def shared_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
     (gate, arena ledger) and runs its warm-up; engine tests that are about loading build their own engines.
     """
     from serving import engine, runtime
+    from serving.settings import RuntimeSettings
 
-    def load_session(path: Path, settings) -> runtime.Session:
+    def load_session(path: Path, settings: RuntimeSettings) -> runtime.Session:
         st = Path(path).stat()
         key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, settings)
         made = _SESSIONS.pop(key, None) or runtime.load_session(path, settings)
