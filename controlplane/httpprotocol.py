@@ -20,7 +20,8 @@ buffer (up to the body limit) and, for a Flask route, the thread reading it. Her
   is buffered and freeing the app (and the Flask thread streaming a file) from its `send()`;
 - `Expect: 100-continue`: the body deadline starts when the `100 Continue` goes out (the app's first
   `receive()`), not at the head: a client that waits for it is not late while the request waits for a thread;
-- keep-alive: an idle connection closes after `keepalive_timeout_s` (uvicorn's own timer);
+- keep-alive: an idle connection closes after `keepalive_timeout_s` (uvicorn's own timer, armed here too when
+  the rest of a body answered early arrives after its answer);
 - room: past the connection limit (gunicorn's `worker_connections`), the connections that have no
   request in progress (idle keep-alive, silent, or still sending a head) are closed, longest quiet
   first, so a new client and the probes get an answer rather than uvicorn's 503.
@@ -184,6 +185,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 self._refuse(b"431 Request Header Fields Too Large", _TOO_LARGE)
             return
         self._arm()
+        if self._idle() and self.timeout_keep_alive_task is None:
+            # NOTE: uvicorn cancels its keep-alive timer on any bytes and arms it only when an answer completes.
+            # The rest of a body answered early (a 401 before it was read) completes no answer and begins no
+            # head: without this the connection stayed open, with no deadline, for ever.
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
+
+    def _idle(self) -> bool:
+        """Between requests: every request answered, no byte of the next head come."""
+        return self._in_head and self._head_since is None and (self.cycle is None or self.cycle.response_complete)
 
     # -- parser callbacks
 

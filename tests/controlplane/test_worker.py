@@ -9,7 +9,7 @@ import threading
 import uvicorn
 import uvloop
 
-from controlplane.httpprotocol import MAX_HEAD_BYTES, BoundedHttpToolsProtocol
+from controlplane.httpprotocol import MAX_HEAD_BYTES, BoundedHttpToolsProtocol, ConnectionLimits
 
 
 def test_a_pipelined_head_over_the_limit_is_refused_after_the_answer_in_progress_not_instead_of_it() -> None:
@@ -65,3 +65,41 @@ def test_a_pipelined_head_over_the_limit_is_refused_after_the_answer_in_progress
     assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
     assert answer.endswith(b"over the limit of %d bytes" % MAX_HEAD_BYTES)
     assert answer.count(b"HTTP/1.1 431 ") == 1
+
+
+def test_the_rest_of_a_body_answered_early_leaves_a_connection_that_keep_alive_closes() -> None:
+    """An answer before the body (401 to an `Expect: 100-continue` head), the body sent after the answer is complete.
+
+    uvicorn cancels its keep-alive timer on any bytes; these complete the answered request and begin no head,
+    so without a timer re-armed the connection stayed open for ever (a race CI saw in test_hostile_clients).
+    """
+    answered = threading.Event()
+
+    class Quick(BoundedHttpToolsProtocol):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, limits=ConnectionLimits(keepalive_timeout_s=0.3, body_timeout_s=60), **kwargs)
+
+    async def app(scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": 401, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"no"})
+        answered.set()  # NOTE: uvicorn has run on_response_complete inside that send
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    server = uvicorn.Server(uvicorn.Config(app, http=Quick, lifespan="off", log_level="critical"))
+    thread = threading.Thread(target=uvloop.run, args=(server.serve(sockets=[listener]),))
+    thread.start()
+    try:
+        with socket.create_connection(listener.getsockname(), timeout=10) as client:
+            client.sendall(b"POST /api/users HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")
+            assert answered.wait(30)
+            client.sendall(b"{}")
+            answer = b""
+            while piece := client.recv(65536):  # NOTE: a socket timeout here is the defect
+                answer += piece
+    finally:
+        server.should_exit = True
+        thread.join(30)
+    assert answer.startswith(b"HTTP/1.1 401 ") and answer.endswith(b"no")
+    assert b"100 Continue" not in answer
