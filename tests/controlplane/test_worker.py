@@ -5,11 +5,29 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import uvicorn
 import uvloop
 
 from controlplane.httpprotocol import MAX_HEAD_BYTES, BoundedHttpToolsProtocol, ConnectionLimits
+
+
+@contextmanager
+def serving(app, protocol: type[BoundedHttpToolsProtocol]) -> Iterator[tuple[str, int]]:
+    """Serve `app` with `protocol` on a loopback port in a thread; yield the address; stop it after."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    server = uvicorn.Server(uvicorn.Config(app, http=protocol, lifespan="off", log_level="critical"))
+    thread = threading.Thread(target=uvloop.run, args=(server.serve(sockets=[listener]),))
+    thread.start()
+    try:
+        yield listener.getsockname()
+    finally:
+        server.should_exit = True
+        thread.join(30)
 
 
 def test_a_pipelined_head_over_the_limit_is_refused_after_the_answer_in_progress_not_instead_of_it() -> None:
@@ -41,14 +59,8 @@ def test_a_pipelined_head_over_the_limit_is_refused_after_the_answer_in_progress
         finally:
             answer_written.set()
 
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    server = uvicorn.Server(uvicorn.Config(app, http=Counting, lifespan="off", log_level="critical"))
-    thread = threading.Thread(target=uvloop.run, args=(server.serve(sockets=[listener]),))
-    thread.start()
-    try:
-        with socket.create_connection(listener.getsockname(), timeout=30) as client:
+    with serving(app, Counting) as address:
+        with socket.create_connection(address, timeout=30) as client:
             client.sendall(first)
             try:
                 client.sendall(huge)
@@ -58,9 +70,6 @@ def test_a_pipelined_head_over_the_limit_is_refused_after_the_answer_in_progress
             while piece := client.recv(65536):
                 answer += piece
         assert answer_written.wait(30)
-    finally:
-        server.should_exit = True
-        thread.join(30)
     assert errors == []
     assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
     assert answer.endswith(b"over the limit of %d bytes" % MAX_HEAD_BYTES)
@@ -84,22 +93,12 @@ def test_the_rest_of_a_body_answered_early_leaves_a_connection_that_keep_alive_c
         await send({"type": "http.response.body", "body": b"no"})
         answered.set()  # NOTE: uvicorn has run on_response_complete inside that send
 
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    server = uvicorn.Server(uvicorn.Config(app, http=Quick, lifespan="off", log_level="critical"))
-    thread = threading.Thread(target=uvloop.run, args=(server.serve(sockets=[listener]),))
-    thread.start()
-    try:
-        with socket.create_connection(listener.getsockname(), timeout=10) as client:
-            client.sendall(b"POST /api/users HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")
-            assert answered.wait(30)
-            client.sendall(b"{}")
-            answer = b""
-            while piece := client.recv(65536):  # NOTE: a socket timeout here is the defect
-                answer += piece
-    finally:
-        server.should_exit = True
-        thread.join(30)
+    with serving(app, Quick) as address, socket.create_connection(address, timeout=10) as client:
+        client.sendall(b"POST /api/users HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")
+        assert answered.wait(30)
+        client.sendall(b"{}")
+        answer = b""
+        while piece := client.recv(65536):  # NOTE: a socket timeout here is the defect
+            answer += piece
     assert answer.startswith(b"HTTP/1.1 401 ") and answer.endswith(b"no")
     assert b"100 Continue" not in answer
