@@ -29,7 +29,9 @@ buffer (up to the body limit) and, for a Flask route, the thread reading it. Her
 Every closing for these reasons is told to `ConnectionLimits.on_close` (the worker counts them in
 `flightdeck_connections_closed_total`). The 408 and 431 answers leave the connection open for `LINGER_S`,
 discarding what arrives, before closing it: closed at once, the client's next bytes would draw a reset
-that can destroy the answer before the client reads it.
+that can destroy the answer before the client reads it. So does the app's answer that closes the connection
+while the request's body is still coming (a 413 for a body over the limit): the client still sending gets
+its answer, not a reset on its send.
 """
 
 from __future__ import annotations
@@ -96,6 +98,22 @@ class _ReadFlow(FlowControl):
             self._protocol._continue_sent()  # NOTE: uvicorn's receive() calls this right after writing the 100
 
 
+class _ClosingAfterAnswer:
+    """The transport as a request's cycle sees it: `close()` goes through the protocol (`_close_answered`)."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: BoundedHttpToolsProtocol, cycle: Any) -> None:
+        self._transport = transport
+        self._protocol = protocol
+        self._cycle = cycle
+        self.write, self.is_closing = transport.write, transport.is_closing  # NOTE: the hot path, not __getattr__
+
+    def close(self) -> None:
+        self._protocol._close_answered(self._cycle)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with a bounded head, header and body deadlines, and room made past the limit.
 
@@ -117,6 +135,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._heads_done = 0
         self._head_bytes = 0
         self._refused = False
+        self._lingering = False  # answered and closing with the request's body unread: what arrives is dropped
         self._head_since: float | None = None  # when the head being read began; None: no head being read
         self._head_started = False  # some byte of that head has come
         self._body_since = 0.0  # when the body being read began, moved on by the time reading was paused
@@ -168,7 +187,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._send_timer = None
 
     def data_received(self, data: bytes) -> None:
-        if self._refused:
+        if self._refused or self._lingering:
             return
         self._last_read = self._quiet_since = self.loop.time()
         in_head, heads_done = self._in_head, self._heads_done
@@ -212,6 +231,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._body_since = self._last_read = self.loop.time()
         self._body_bytes = 0
         super().on_headers_complete()
+        if self.cycle is not None:
+            self.cycle.transport = _ClosingAfterAnswer(self.transport, self, self.cycle)  # type: ignore[assignment]
         self._cycles = [c for c in self._cycles if not c.response_complete]
         self._cycles.append(self.cycle)
         self._awaiting_continue = self.cycle is not None and self.cycle.waiting_for_100_continue
@@ -227,6 +248,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        if self._lingering:
+            self._unset_keepalive_if_required()
+            return
         self._quiet_since = self.loop.time()
         if self._awaiting_continue:  # answered without asking for the body: the client may still send it, or not
             self._awaiting_continue = False
@@ -372,6 +396,21 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     # -- answers of our own
 
+    def _close_answered(self, cycle: Any) -> None:
+        """The app's answer says `Connection: close`: close, lingering first if the request's body is still coming.
+
+        NOTE: closed at once with bytes of the body unread, the kernel answers the client's next bytes with a
+        reset, which can destroy the answer (a 413 for a body over the limit) before the client reads it.
+        """
+        if self._in_head or not cycle.response_complete or self.transport.is_closing():
+            self.transport.close()
+            return
+        self._lingering = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._linger()
+
     def _refuse(self, status: bytes, message: bytes) -> None:
         self._refused = True
         if self._timer is not None:
@@ -382,6 +421,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             b"HTTP/1.1 %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
             b"connection: close\r\n\r\n%s" % (status, len(message), message)
         )
+        self._linger()
+
+    def _linger(self) -> None:
+        """Half-close after what is written, drop what the client still sends, close after LINGER_S."""
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.loop.call_later(LINGER_S, self.transport.close)

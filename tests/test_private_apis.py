@@ -71,6 +71,13 @@ def test_the_httptools_protocol_still_has_what_the_bounded_protocol_overrides_an
             "uvicorn",
             f"RequestResponseCycle.{attribute.removeprefix('self.')} is gone",
         )
+    # A closing answer lingers: the cycle writes through its own `transport` and closes it when not keep-alive.
+    pin(
+        "self.transport = transport" in source(RequestResponseCycle.__init__)
+        and "self.transport.close()" in source(RequestResponseCycle.send),
+        "uvicorn",
+        "RequestResponseCycle no longer closes the connection through its own transport attribute",
+    )
     # Expect: 100-continue: the body's clock starts when receive() writes the 100 and asks the flow to read.
     receive = source(RequestResponseCycle.receive)
     pin(

@@ -249,6 +249,25 @@ def test_a_client_that_waits_for_100_continue_is_not_late_while_its_request_wait
             sock.close()
 
 
+def test_a_body_over_the_limit_gets_its_413_while_the_client_is_still_sending(slow_server: Server) -> None:
+    with connect(slow_server) as sock:
+        sock.sendall(
+            b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % (64 * 1024 * 1024)
+        )
+        sent = 0
+        try:
+            for _ in range(128):  # 8 MiB after the refusal, past both buffers: dropped, not reset
+                sock.sendall(b" " * 65536)
+                sent += 1
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        answer = read_all(sock)
+    assert sent == 128  # a client library whose send is reset never reads the answer
+    assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
+    assert b"is over the limit of" in answer, answer
+
+
 def test_a_client_that_never_sends_the_body_it_announced_with_100_continue_gets_408(slow_server: Server) -> None:
     with connect(slow_server) as sock:
         sock.sendall(

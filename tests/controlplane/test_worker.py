@@ -102,3 +102,35 @@ def test_the_rest_of_a_body_answered_early_leaves_a_connection_that_keep_alive_c
             answer += piece
     assert answer.startswith(b"HTTP/1.1 401 ") and answer.endswith(b"no")
     assert b"100 Continue" not in answer
+
+
+def test_an_answer_that_closes_before_the_body_is_read_reaches_the_client_still_sending() -> None:
+    """413 with `Connection: close` while the client still sends its body: the answer, not a reset.
+
+    Closed at once with the body unread, the kernel resets the connection on the client's next bytes, and
+    the client's stack may drop the answer it had not read yet.
+    """
+    answered = threading.Event()
+    refusal = b"the body is over the limit"
+
+    async def app(scope, receive, send) -> None:
+        headers = [(b"content-length", b"%d" % len(refusal)), (b"connection", b"close")]
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
+        await send({"type": "http.response.body", "body": refusal})
+        answered.set()
+
+    with serving(app, BoundedHttpToolsProtocol) as address, socket.create_connection(address, timeout=10) as client:
+        client.sendall(b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 50000000\r\n\r\n")
+        assert answered.wait(30)
+        sent = 0
+        try:
+            for _ in range(64):  # 4 MiB more: far past both sockets' buffers, so the server must drop it or reset
+                client.sendall(b"x" * 65536)
+                sent += 65536
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        answer = b""
+        while piece := client.recv(65536):  # NOTE: ConnectionResetError here is the defect
+            answer += piece
+    assert answer.startswith(b"HTTP/1.1 413 ") and answer.endswith(refusal), answer[:200]
+    assert sent == 64 * 65536  # the server read and dropped what followed, for LINGER_S
