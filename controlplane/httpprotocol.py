@@ -406,17 +406,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
             return
         self._lingering = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         self._linger()
 
     def _refuse(self, status: bytes, message: bytes) -> None:
         self._refused = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._unset_keepalive_if_required()
         self.transport.write(
             b"HTTP/1.1 %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
             b"connection: close\r\n\r\n%s" % (status, len(message), message)
@@ -425,6 +418,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def _linger(self) -> None:
         """Half-close after what is written, drop what the client still sends, close after LINGER_S."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._unset_keepalive_if_required()
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.loop.call_later(LINGER_S, self.transport.close)
