@@ -46,10 +46,11 @@ class Sample:
 
     t_s: float  # since the load started
     rps: float  # inference answers (200) per second over the last windows, every workload together (nan: none yet)
-    rss: dict[int, float]  # pid -> bytes
+    rss: dict[int, float]  # pid (JOB_PROCESS: the job process) -> bytes
     anon: dict[int, float]
     file: dict[int, float]
     leader: int | None  # the pid holding the scheduler lease
+    job_pid: int | None  # the job process's pid (its readings are under JOB_PROCESS)
     prometheus_bytes: int
     load1: float = field(default_factory=lambda: os.getloadavg()[0])
 
@@ -75,6 +76,21 @@ def lease_holder(home: Path) -> int | None:
         return int(row[0].split(":")[-2]) if row else None
     except (ValueError, IndexError):
         return None
+
+
+JOB_PROCESS = -1  # the column of the lease holder's job process, whichever pid it has at a sample
+
+
+def is_job_process(pid: int) -> bool:
+    try:
+        return b"controlplane.jobprocess" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def job_process_pid(master: int) -> int | None:
+    """Return the pid of the job process in the server's tree now (None while there is none)."""
+    return next((pid for pid in tree_cpu_by_pid(master) if is_job_process(pid)), None)
 
 
 def directory_bytes(folder: Path) -> int:
@@ -172,10 +188,17 @@ def summarise(samples: list[Sample], pids: list[int], master: int, warmup_s: flo
         file = [(s.t_s, s.file[pid]) for s in after if pid in s.file]
         led = sum(1 for s in after if s.leader == pid)
         role = "master" if pid == master else ("worker, leader" if led > len(after) / 2 else "worker")
-        print(f"{role + ' ' + str(pid):>16} {rss[0][1] / MB:12.1f} {rss[-1][1] / MB:7.1f} {slope_per_hour(rss):9.2f} "
+        name = "job process" if pid == JOB_PROCESS else f"{role} {pid}"
+        print(f"{name:>16} {rss[0][1] / MB:12.1f} {rss[-1][1] / MB:7.1f} {slope_per_hour(rss):9.2f} "
               f"{slope_per_hour(anon):9.2f} {slope_per_hour(file):9.2f}")  # fmt: skip
     prom = [(s.t_s, float(s.prometheus_bytes)) for s in after]
     print(f"{'prometheus dir':>16} {prom[0][1] / MB:12.1f} {prom[-1][1] / MB:7.1f} {slope_per_hour(prom):9.2f}")
+    jobs = [s.job_pid for s in samples if s.job_pid]
+    if jobs:
+        rss = [s.rss[JOB_PROCESS] for s in after if JOB_PROCESS in s.rss]
+        starts = len({*jobs})
+        print(f"job process: {starts} process(es) over the run ({starts - 1} replaced), "
+              f"RSS {min(rss) / MB:.1f}-{max(rss) / MB:.1f} MB after warm-up")  # fmt: skip
     leaders = {s.leader for s in samples}
     if len(leaders) > 1:
         print(f"NOTE: the lease moved during the run: holders {sorted(p for p in leaders if p)}")
@@ -195,9 +218,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"Flightdeck on 127.0.0.1:{server.port}, {workers} worker(s), settings {overrides or 'as make run'}; "
               f"load: {', '.join(bodies)} x {args.concurrency} clients each, closed loop; {args.minutes:g} min, "
               f"a sample every {args.sample_s:g} s, warm-up {args.warmup_minutes:g} min; {os.cpu_count()} cores")  # fmt: skip
-        pids = sorted(tree_cpu_by_pid(master), key=lambda p: (p != master, p))
+        pids = sorted((p for p in tree_cpu_by_pid(master) if not is_job_process(p)), key=lambda p: (p != master, p))
+        pids.append(JOB_PROCESS)
+        names = {master: f"master {master}", JOB_PROCESS: "job process"}
         print(f"\n{'min':>6} {'req/s':>7} {'load1':>5} {'prom':>6}  "
-              + "  ".join(f"{('master ' if p == master else 'worker ') + str(p):>14}" for p in pids))  # fmt: skip
+              + "  ".join(f"{names.get(p, f'worker {p}'):>14}" for p in pids))  # fmt: skip
         print(f"{'':>6} {'':>7} {'':>5} {'MB':>6}  " + "  ".join(f"{'RSS MB   anon':>14}" for _ in pids))
         start = time.monotonic()
         with Load(server.port, bodies, args.concurrency, args.sample_s) as load:
@@ -205,18 +230,21 @@ def run(args: argparse.Namespace) -> int:
                 time.sleep(max(0.0, start + i * args.sample_s - time.monotonic()))
                 if server.process.poll() is not None:
                     raise RuntimeError(f"Flightdeck exited with {server.process.returncode}")
-                readings = {pid: memory(pid) for pid in pids}
+                job = job_process_pid(master)
+                readings = {pid: memory(job if pid == JOB_PROCESS else pid) if pid != JOB_PROCESS or job else None
+                            for pid in pids}  # fmt: skip
                 sample = Sample(
                     time.monotonic() - start, load.rps(),
                     {p: m[0] for p, m in readings.items() if m}, {p: m[1] for p, m in readings.items() if m},
-                    {p: m[2] for p, m in readings.items() if m}, lease_holder(home), directory_bytes(home / "prometheus"),
+                    {p: m[2] for p, m in readings.items() if m}, lease_holder(home), job,
+                    directory_bytes(home / "prometheus"),
                 )  # fmt: skip
                 samples.append(sample)
                 print_row(sample, pids)
                 if args.csv:
                     write_csv(Path(args.csv), samples, pids)
             failures, lost = dict(load.failures), load.lost_windows
-        new = set(tree_cpu_by_pid(master)) - set(pids)
+        new = {p for p in tree_cpu_by_pid(master) if not is_job_process(p)} - set(pids)
         if new:
             print(f"NOTE: processes started during the run, not followed: {sorted(new)} (a worker restarted?)")
     finally:

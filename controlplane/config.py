@@ -279,6 +279,17 @@ class Settings(BaseSettings):
     )
     slow_request_ms: float = _setting(1000.0, "Requests slower than this are always logged.", ge=0)
     scheduler: bool = _setting(True, "Run scheduled jobs (one leader process runs the cluster-wide ones).")
+    job_process: bool = _setting(
+        True,
+        "Run the leader's window jobs (alert evaluation, drift scores, retention) in a process of their own, "
+        "replaced when its memory grows; false: in the worker's threads.",
+    )
+    job_process_max_growth_mb: float = _setting(
+        32.0, "How far (MiB) the job process's RSS may grow past its level once warm before it is replaced.", gt=0
+    )
+    job_process_timeout_s: float = _setting(
+        300.0, "How long one window job may run in the job process before the process is killed.", gt=0
+    )
     lease_ttl_s: float = _setting(15.0, "How long the scheduler leader's lease lasts without renewal.", gt=0)
     history_interval_s: float = _setting(10.0, "How often each serving process writes a history row per slot.", gt=0)
     history_raw_retention_h: float = _setting(6.0, "Hours raw history rows are kept before 1-minute rollup.", ge=0)

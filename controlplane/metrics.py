@@ -110,6 +110,17 @@ LEADER = Gauge(
     "1 on the node one of whose processes holds the scheduler lease (runs the cluster jobs), else 0.",
     multiprocess_mode="livemax",
 )
+JOB_PROCESS_RSS = Gauge(
+    "flightdeck_job_process_resident_bytes",
+    "Resident memory of the lease holder's job process (the window jobs) after its last job.",
+    multiprocess_mode="livemax",
+)
+JOB_PROCESS_STARTS = Counter(
+    "flightdeck_job_process_starts_total",
+    "Job processes started, by why: first, retired (grew past FLIGHTDECK_JOB_PROCESS_MAX_GROWTH_MB), "
+    "exited (died during a job), timeout (killed after FLIGHTDECK_JOB_PROCESS_TIMEOUT_S).",
+    ("why",),
+)
 ENGINE_READY = Gauge(
     "flightdeck_engine_ready",
     "1 when every serving process is ready (the minimum over processes).",

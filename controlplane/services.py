@@ -10,38 +10,33 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
-from importlib.resources import files
 from pathlib import Path
 
 from sqlalchemy import Engine as DbEngine
 from sqlalchemy.orm import Session, sessionmaker
 
-from alerts.catalogue import METRICS
 from alerts.notifiers.delivery import deliver
-from alerts.rules import LIVE_METRICS, Rule, load_rules
-from alerts.slo import SLO, load_slos, with_burn_rules
+from alerts.slo import SLO
 from controlplane import metrics, tracing
-from controlplane.alerting.evaluator import AlertEvaluator, EvaluatorSettings
+from controlplane.alerting.evaluator import AlertEvaluator
 from controlplane.alerting.outbox import deliver_due
 from controlplane.alerting.secretbox import Keyring
 from controlplane.clock import utcnow
 from controlplane.cluster import drop_gone_processes
 from controlplane.config import Settings
 from controlplane.db import make_engine, session_factory
-from controlplane.history import drift
-from controlplane.history.retention import apply_retention
 from controlplane.history.sampler import HistorySampler
 from controlplane.history.service import HistoryService
+from controlplane.jobprocess import JobProcess
 from controlplane.modelstore import prepare_store
 from controlplane.registry.service import Registry
 from controlplane.rollout.audit import system_audit
 from controlplane.rollout.controller import tick
 from controlplane.rollout.reconciler import Reconciler
-from controlplane.runbooks.automatic import alert_runner
-from controlplane.runbooks.catalog import runbook_directory
 from controlplane.runbooks.runner import RunbookRunner, build_runner
 from controlplane.scheduler import LeaderScheduler
+from controlplane.windowjobs import WindowJobs, build_evaluator, load_alert_rules
+from controlplane.windowjobs import publish as publish_window_result
 from serving.engine import Engine
 from serving.memory import trim_heap
 from serving.runtime import check_single_distribution
@@ -73,6 +68,7 @@ class Services:
     slos: list[SLO]
     receiver_keys: Keyring  # encrypt and open receivers' secrets (HOME/secret.key or FLIGHTDECK_SECRET_KEYS)
     tracing: tracing.Tracing | None = None  # OpenTelemetry traces: None unless OTEL_* names an OTLP endpoint
+    job_process: JobProcess | None = None  # the leader's window jobs, when they run out of process
 
     def refresh_gauges(self) -> None:
         """Publish readiness, what is served, traffic weights and GPU readings (called before each scrape)."""
@@ -98,6 +94,9 @@ class Services:
         metrics.ENGINE_READY.set(0)
         if self.scheduler is not None:
             self.scheduler.shutdown()
+        if self.job_process is not None:
+            self.job_process.close()
+        if self.scheduler is not None:
             try:
                 self.sampler.sample()  # what happened since the last interval is not lost
             except Exception:
@@ -108,27 +107,12 @@ class Services:
         return drained
 
 
-def _retention(sessions: sessionmaker[Session], settings: Settings) -> None:
-    with sessions() as session:
-        apply_retention(session, utcnow(), settings.retention)
-
-
 def _drop_gone_processes(sessions: sessionmaker[Session], settings: Settings) -> None:
     with sessions() as session:
         gone = drop_gone_processes(session, utcnow(), settings.liveness)
         session.commit()
     if gone:
         log.info("dropped the reports of %d process(es) silent for %g s: %s", len(gone), settings.process_drop_s, gone)
-
-
-def load_alert_rules(settings: Settings) -> tuple[list[Rule], list[SLO]]:
-    """Load and validate the alert rules and SLOs, with the SLOs' rules; a broken file stops the start."""
-    # The default rules ship inside the `alerts` package (package data), found wherever it is installed.
-    folder = Path(settings.alert_rules_dir) if settings.alert_rules_dir else Path(str(files("alerts") / "rules"))
-    runbooks = sorted(p.stem for p in runbook_directory().glob("[!_]*.py")) or None
-    rules = load_rules(folder, [*METRICS, *LIVE_METRICS], runbooks)
-    slos = load_slos(folder, runbooks)  # declared beside the rules, in `slos:` lists
-    return with_burn_rules(rules, slos), slos
 
 
 def build_services(settings: Settings, *, start_scheduler: bool | None = None) -> Services:
@@ -174,17 +158,21 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
     reconciler.start()  # the first pass is synchronous: the models are loaded before the app serves
     runbooks = build_runner(settings, sessions)
     rules, slos = load_alert_rules(settings)
-    evaluator = AlertEvaluator(
-        sessions,
-        rules,
-        EvaluatorSettings(
-            repeat_interval=timedelta(hours=settings.alert_repeat_h),
-            console_url=settings.console_url,
-            max_queue_size=settings.max_queue_size,
-        ),
-        engine_ready=engine.ready,
-        run_automatic=alert_runner(runbooks),
-    )
+    evaluator = build_evaluator(settings, sessions, rules, runbooks, engine.ready)
+    window_jobs = WindowJobs(settings, sessions, evaluator)
+    scheduling = settings.scheduler if start_scheduler is None else start_scheduler
+    job_process = JobProcess(settings) if settings.job_process and scheduling else None
+
+    def window_job(job: str) -> Callable[[], None]:
+        def run() -> None:
+            if job_process is None:
+                result = window_jobs.run(job)
+            else:
+                result = job_process.run(job, engine_ready=engine.ready())
+            publish_window_result(job, result)
+
+        return run
+
     services = Services(
         settings=settings,
         engine=engine,
@@ -202,23 +190,18 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         slos=slos,
         receiver_keys=Keyring.for_settings(settings),
         tracing=traces,
+        job_process=job_process,
     )
-    if settings.scheduler if start_scheduler is None else start_scheduler:
+    if scheduling:
         scheduler = LeaderScheduler(
             sessions, settings.lease_ttl_s, process=process, on_renewed=lambda leads: metrics.LEADER.set(int(leads))
         )
         scheduler.add_local_job(sampler.sample, settings.history_interval_s, "history-sample")
         scheduler.add_local_job(reconciler.beat, settings.heartbeat_s, "heartbeat")  # alive even mid-load
-        scheduler.add_cluster_job(
-            lambda: _retention(sessions, settings), settings.retention_interval_s, "history-retention"
-        )
+        scheduler.add_cluster_job(window_job("history-retention"), settings.retention_interval_s, "history-retention")
         scheduler.add_cluster_job(services.advance_rollouts, settings.rollout_tick_s, "rollout-controller")
-        scheduler.add_cluster_job(evaluator.run, settings.alert_interval_s, "alert-evaluator")
-        scheduler.add_cluster_job(
-            lambda: drift.publish_scores(sessions, timedelta(seconds=settings.drift_window_s)),
-            settings.drift_interval_s,
-            "drift-score",
-        )
+        scheduler.add_cluster_job(window_job("alert-evaluator"), settings.alert_interval_s, "alert-evaluator")
+        scheduler.add_cluster_job(window_job("drift-score"), settings.drift_interval_s, "drift-score")
         delivery = functools.partial(deliver, targets=settings.receiver_targets)  # RECEIVER_ALLOW at every send
         scheduler.add_cluster_job(
             lambda: deliver_due(

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import re
 
-from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
-
 # FAIL messages that name the input's shape or values as the cause (lower-cased substrings).
 _INPUT_FAULTS = (
     "attempting to broadcast",
@@ -49,6 +47,10 @@ _PATH = re.compile(r"(?:/[\w.+-]+){2,}/([\w.+-]+)")
 
 def is_input_fault(exc: BaseException) -> bool:
     """Return whether ONNX Runtime failed because of the request's input rather than the model or engine."""
+    # NOTE: imported here, on the error path: the job process imports this module (through the metrics) and
+    # has no use for ONNX Runtime's 20 MiB.
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
+
     if isinstance(exc, ort_state.InvalidArgument):
         return True
     if isinstance(exc, ort_state.Fail):

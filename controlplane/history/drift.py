@@ -354,15 +354,29 @@ def drift_observation(
     return found
 
 
-def publish_scores(sessions: sessionmaker[Session], window: timedelta, now: datetime | None = None) -> int:
-    """Set flightdeck_drift_score for every version seen in the window (the leader's `drift-score` job)."""
+DriftReading = tuple[str, str, str, str, float]  # model, version, kind, name, score: one flightdeck_drift_score
+
+
+def current_scores(
+    sessions: sessionmaker[Session], window: timedelta, now: datetime | None = None
+) -> list[DriftReading]:
+    """Return every judged score of the versions seen in the window (the leader's `drift-score` job computes them)."""
     now = now or utcnow()
-    published = 0
+    readings: list[DriftReading] = []
     with sessions() as session:
         for model, version in versions_seen(session, now - window, now):
             _, scored = drift(session, model, version, now - window, now, _REFERENCES)
-            for score in scored:
-                if score.score is not None:
-                    metrics.DRIFT_SCORE.labels(model, version, score.kind, score.name).set(score.score)
-                    published += 1
-    return published
+            readings += [(model, version, s.kind, s.name, s.score) for s in scored if s.score is not None]
+    return readings
+
+
+def publish(readings: list[DriftReading]) -> int:
+    """Set flightdeck_drift_score in this process for each reading; return how many."""
+    for model, version, kind, name, score in readings:
+        metrics.DRIFT_SCORE.labels(model, version, kind, name).set(score)
+    return len(readings)
+
+
+def publish_scores(sessions: sessionmaker[Session], window: timedelta, now: datetime | None = None) -> int:
+    """Compute and set flightdeck_drift_score for every version seen in the window, in this process."""
+    return publish(current_scores(sessions, window, now))

@@ -47,14 +47,15 @@ ALLOWED_PER_ROUND = 8192  # bytes
 TRACED_FRAMES = 1
 
 
-@pytest.fixture
-def leader(app_config: dict) -> Iterator[Services]:
+@pytest.fixture(params=[False, True], ids=["in-worker", "job-process"])
+def leader(app_config: dict, request: pytest.FixtureRequest) -> Iterator[Services]:
     from controlplane.app import create_app
 
-    # NOTE: the scheduler is built and leads, its timers far apart: the test runs the jobs itself.
+    # NOTE: the scheduler is built and leads, its timers far apart: the test runs the jobs itself. In-worker, the
+    # window jobs' own code is traced; with the job process, what the worker does to hand them over.
     slow = {"history_interval_s": 3600, "retention_interval_s": 3600, "alert_interval_s": 3600}
     slow |= {"outbox_interval_s": 3600, "rollout_tick_s": 3600, "lease_ttl_s": 3600, "drift_interval_s": 3600}
-    slow |= {"heartbeat_s": 3600, "scheduler": True}
+    slow |= {"heartbeat_s": 3600, "scheduler": True, "job_process": request.param}
     app = create_app({**app_config, **slow})
     services: Services = app.extensions["flightdeck"]
     assert services.scheduler is not None and services.scheduler.is_leader
@@ -128,6 +129,7 @@ def _peak(services: Services, job: str) -> int:
         tracemalloc.stop()
 
 
+@pytest.mark.parametrize("leader", [False], ids=["in-worker"], indirect=True)  # the jobs' own code, traced here
 @pytest.mark.parametrize("job", ["drift-score", "alert-evaluator"])
 def test_the_leaders_window_jobs_peak_no_higher_with_more_history(leader: Services, job: str) -> None:
     # NOTE: glibc keeps the heap a peak needed (the RSS the soak saw grow); a peak that grows with the rows in a

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from controlplane.alerting.observe import observe
 from controlplane.models import OutboxMessage
-from controlplane.services import load_alert_rules
+from controlplane.windowjobs import load_alert_rules
 
 
 def failing_rule(app):
