@@ -7,7 +7,10 @@ batching window. Quieter still: a caller who will wait for its own answer (`subm
 caller_runs=True)`) and finds nothing queued or running, after `INLINE_AFTER` requests in a row that
 found the same, runs its request itself in `result`, sparing two thread hand-offs; it counts as one
 of the `instances` runs. Under concurrent load requests find others queued or running, so they keep
-being batched by the executors. Before its delay, any group leaves once it is full or can form one of the
+being batched by the executors. A run that starts with nothing else running or queued (an inline
+run, or an executor's batch on an otherwise idle batcher) goes to `run_alone` when the engine gave
+one: a session whose intra-op threads use every core, where the shared session's are shared out
+among the instances (serving.engine keeps it only where it measured it faster). Before its delay, any group leaves once it is full or can form one of the
 preferred batch sizes (the largest it can; Triton's `preferred_batch_size`). Because the oldest
 request's group always goes first once due, a rare shape is never starved by a common one. "Full"
 is the group's batch limit: the max batch size, or less where the version's cost curve, timed at load,
@@ -107,8 +110,12 @@ class Batcher:
         name: str = "",
         input_sample_every: int = 0,
         batch_limits: Mapping[int, int] | None = None,
+        run_alone: RunBatch | None = None,
     ) -> None:
         self._run = run
+        # A session that may use every core, for a batch that runs with nothing else running or queued (an idle
+        # server's lone request); None: every batch runs on `run`, whose intra-op threads share the cores.
+        self._run_alone = run_alone
         self._spec = spec
         self.max_batch_size = max(1, max_batch_size)
         self.max_queue_delay_s = max_queue_delay_s
@@ -268,7 +275,7 @@ class Batcher:
                     with self._cond:
                         self._expire(pending)
                 else:
-                    self._execute([pending])
+                    self._execute([pending], alone=True)  # admitted with nothing queued or running
             finally:
                 with self._cond:
                     self._running -= 1
@@ -378,9 +385,10 @@ class Batcher:
                 batch = self._next_batch()
                 if batch is None:
                     return
+                alone = not self._running and not self._queue
                 self._running += 1
             try:
-                self._execute(batch)
+                self._execute(batch, alone)
             finally:
                 with self._cond:
                     self._running -= 1
@@ -538,10 +546,11 @@ class Batcher:
             self._observer.request_done(RequestOutcome.TIMEOUT, waited, 0.0, waited)
             self._observer.queue_changed(self._queued_samples)
 
-    def _execute(self, batch: list[Pending]) -> None:
+    def _execute(self, batch: list[Pending], alone: bool = False) -> None:
         start = self._clock()
         size = sum(p.batch for p in batch)
-        isolated = run_isolated(self._run, self._spec, [Part(p.tensors, p.batch, p.seq_len) for p in batch])
+        run = self._run_alone if alone and self._run_alone is not None else self._run
+        isolated = run_isolated(run, self._spec, [Part(p.tensors, p.batch, p.seq_len) for p in batch])
         results: dict[Pending, dict[str, np.ndarray] | ServingError] = {}
         for i, pending in enumerate(batch):
             result = isolated.results[i]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import random
 import threading
 import time
@@ -20,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from serving import batchcost
-from serving.batchcost import CostCurve
+from serving.batchcost import CostCurve, lone_request_times
 from serving.batching import Batcher, BatchObserver, BatchTracer, Pending
 from serving.errors import InvalidInput, ModelNotFound, Overloaded, ServingError, Unavailable, client_error_kind
 from serving.modelconfig import ModelConfig, effective_config
@@ -40,6 +41,10 @@ from serving.tensors import ModelSpec
 log = logging.getLogger(__name__)
 
 SLOTS = ("blue", "green")
+# A lone-request session is kept where it runs the heaviest lone warm-up sample this much faster, timed within
+# this budget (a second copy of the weights is not worth a gain within the timing's noise).
+LONE_MIN_GAIN = 0.1
+LONE_TIMING_BUDGET_S = 0.5
 
 # Builds the observer for one loaded version; the control plane passes one that records metrics.
 ObserverFactory = Callable[[str, str, str], BatchObserver | None]
@@ -63,6 +68,8 @@ class LoadedVersion:
     loaded_at: float = field(default_factory=time.time)
     # Shadow comparisons made while this version received copies of live traffic.
     shadow: ShadowStats = field(default_factory=lambda: ShadowStats())
+    # The session with every core that runs lone requests (RuntimeSettings.lone_request_session); None: none.
+    alone: Session | None = field(default=None, repr=False)
 
     @property
     def provider(self) -> str:
@@ -218,6 +225,10 @@ class Engine:
         if b.learn_batch_limits and config.combine and config.max_batch_size > 1:
             curve = self._measure_cost(spec, session, ran, config.max_batch_size)
             config = effective_config(spec, b, instances, curve)
+        alone, lone_timing = self._lone_request_session(spec, version_dir / "model.onnx", session, ran)
+        if lone_timing is not None:
+            threads = 0 if alone is None else alone.session.get_session_options().intra_op_num_threads
+            config = replace(config, lone_request_threads=threads, lone_request_ms=lone_timing)
         observer = self._observer_factory(spec.name, spec.version, slot) if self._observer_factory else None
         batcher = Batcher(
             session.run,
@@ -233,8 +244,9 @@ class Engine:
             name=f"{spec.name}-{slot}",
             input_sample_every=b.input_sample_every,
             batch_limits=config.batch_limits,
+            run_alone=None if alone is None else alone.run,
         )
-        loaded = LoadedVersion(spec, slot, session, batcher, version_dir, config, warmup_s, sample)
+        loaded = LoadedVersion(spec, slot, session, batcher, version_dir, config, warmup_s, sample, alone=alone)
         with self._lock:
             model = self._models.setdefault(spec.name, _Model())
             previous = model.slots.get(slot)
@@ -250,6 +262,33 @@ class Engine:
             warmup_s,
         )
         return loaded
+
+    def _lone_request_session(
+        self, spec: ModelSpec, model: Path, shared: Session, ran: list[dict[str, np.ndarray]]
+    ) -> tuple[Session | None, dict[str, float] | None]:
+        """Return a session with every core for lone requests where it runs one faster than `shared`, and the timing."""
+        cores = os.cpu_count() or 1
+        threads = shared.session.get_session_options().intra_op_num_threads
+        if not self.runtime.lone_request_session or shared.provider != CPU or not 0 < threads < cores:
+            return None, None
+        lone = [t for t in ran if _batch_of(spec, t) == 1]
+        if not lone:
+            return None, None  # NOTE: nothing known to run: an unmeasured second copy of the weights is not worth it
+        sample = max(lone, key=lambda t: sum(a.size for a in t.values()))  # the heaviest lone request warmed up
+        try:
+            session = load_session(model, replace(self.runtime, intra_op_threads=cores))
+            shared_s, alone_s = lone_request_times(shared.run, session.run, sample, LONE_TIMING_BUDGET_S)
+        except Exception as exc:  # ONNX Runtime's own types; the shared session serves every request as before
+            log.warning("%s %s: no lone-request session: %s", spec.name, spec.version, exc)
+            return None, None
+        timing = {"shared": round(shared_s * 1e3, 6), "alone": round(alone_s * 1e3, 6)}
+        kept = alone_s <= shared_s * (1 - LONE_MIN_GAIN)
+        log.info(
+            "%s %s: %s: %.3f ms on %d threads against %.3f ms on %d",
+            spec.name, spec.version, "lone requests on every core" if kept else "no lone-request session",
+            alone_s * 1e3, cores, shared_s * 1e3, threads,
+        )  # fmt: skip
+        return (session if kept else None), timing
 
     def _measure_cost(
         self, spec: ModelSpec, session: Session, ran: list[dict[str, np.ndarray]], max_batch: int
@@ -354,7 +393,10 @@ class Engine:
         for version in loaded:
             # A model's own delay and queue size stay; the engine's batch size caps its own.
             previous = version.config
-            version.config = config = effective_config(version.spec, b, previous.instances, previous.cost_curve)
+            config = effective_config(version.spec, b, previous.instances, previous.cost_curve)
+            version.config = config = replace(
+                config, lone_request_threads=previous.lone_request_threads, lone_request_ms=previous.lone_request_ms
+            )
             refused += version.batcher.reconfigure(
                 max_batch_size=config.max_batch_size,
                 max_queue_delay_s=config.max_queue_delay_s,
@@ -701,6 +743,11 @@ class Engine:
                 continue
             report = loaded.session.shrink_arena(loaded.sample)
             sessions.append({"model": spec.name, "version": spec.version, "slot": loaded.slot, **report})
+            if loaded.alone is not None:  # the lone-request session keeps an arena of its own
+                report = loaded.alone.shrink_arena(loaded.sample)
+                sessions.append(
+                    {"model": spec.name, "version": spec.version, "slot": loaded.slot, "lone": True, **report}
+                )
         trimmed = trim_heap()
         after = reading()
         return {
@@ -710,3 +757,11 @@ class Engine:
             "heap_trimmed": trimmed,
             "seconds": round(time.perf_counter() - started, 4),
         }
+
+
+def _batch_of(spec: ModelSpec, tensors: dict[str, np.ndarray]) -> int:
+    """Return a warm-up sample's batch size (1 for a model without a batch axis; 0: not a request's shape)."""
+    try:
+        return spec.check_inputs(tensors)[0]
+    except ServingError:
+        return 0

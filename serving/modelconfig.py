@@ -39,6 +39,10 @@ class ModelConfig:
     # Per sequence bucket (0: no sequence axis), the largest batch requests are merged into; empty: max_batch_size.
     batch_limits: dict[int, int] = field(default_factory=dict)
     cost_curve: CostCurve | None = None  # what warm-up measured, when it did
+    # The lone-request session's intra-op threads (0: none) and the timing at load that decided it, in ms:
+    # {"shared": the heaviest lone warm-up sample on the shared session, "alone": on the lone one}; None: not timed.
+    lone_request_threads: int = 0
+    lone_request_ms: dict[str, float] | None = None
 
     @property
     def max_queue_delay_s(self) -> float:
@@ -102,6 +106,10 @@ def triton_config(spec: ModelSpec, config: ModelConfig, on_gpu: bool) -> dict[st
             "string_value": ",".join(f"{bucket}:{limit}" for bucket, limit in sorted(config.batch_limits.items()))
         }
         parameters["batch_cost_ms_per_sample"] = {"string_value": json.dumps(config.cost_curve.describe())}
+    if config.lone_request_ms is not None:
+        # A request that runs with nothing else running or queued runs on a session with this many threads (0: none).
+        parameters["lone_request_threads"] = {"string_value": str(config.lone_request_threads)}
+        parameters["lone_request_ms"] = {"string_value": json.dumps(config.lone_request_ms)}
     if parameters:
         result["parameters"] = parameters
     if spec.warmup:

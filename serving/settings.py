@@ -18,6 +18,11 @@ class RuntimeSettings:
     inter_op_threads: int = 1
     # Spinning threads burn the cores the event loop and the other executors need between batches.
     allow_spinning: bool = False
+    # On the CPU, when each instance's session has fewer intra-op threads than there are cores: a second
+    # session with every core for a request that runs with nothing else running or queued, kept where it
+    # runs the heaviest batch-1 warm-up sample faster (timed at load). Costs a second copy of the weights.
+    # Off here, as learn_batch_limits, so in-process engines do not time this machine; the control plane's default is on.
+    lone_request_session: bool = False
     graph_optimization: str = "all"  # disable | basic | extended | all
     enable_cpu_mem_arena: bool = True
     enable_mem_pattern: bool = True
@@ -57,8 +62,10 @@ def parallelism(runtime: RuntimeSettings, batching: BatchingSettings, on_gpu: bo
     On the CPU several single-threaded executors beat one multi-threaded one under load: measured
     on 2 cores with the HTTP threads beside them, 1 thread x 2 instances served 632 samples/s
     where 2 threads x 1 instance served 527, because Python threads preempting one of ORT's
-    intra-op threads stall its partner. The cost is batch-1 latency on an idle server. On a GPU,
-    two instances overlap one batch's host work with the other's kernels.
+    intra-op threads stall its partner. The cost was batch-1 latency on an idle server: a lone
+    request used one core. `lone_request_session` gives such a request a session with every core
+    (serving.engine, where timing at load says it is faster). On a GPU, two instances overlap one
+    batch's host work with the other's kernels.
     """
     cores = os.cpu_count() or 1
     if on_gpu:

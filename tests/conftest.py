@@ -176,12 +176,14 @@ def app_config(home: Path) -> dict:
     Warm-up stops at short sequences: the text model's batch of 32 at 128 tokens cost ~1.5 s per app
     (warm-up itself is tested on the engine, at the product's default).
     Receivers may reach 127.0.0.1, where the tests' chat servers listen (the product refuses loopback).
-    Batches are bounded by the max batch size only, not by a cost curve timed on this machine (tested apart).
+    Batches are bounded by the max batch size only, not by a cost curve timed on this machine, and lone requests
+    share the batch session (no second session timed at each load); both are tested apart.
     """
     return {
         "home": str(home),
         "warmup_max_sequence": WARMUP_MAX_SEQUENCE,
         "batch_limit_from_cost": False,
+        "ort_lone_request_session": False,
         "scheduler": False,
         "log_sample_rate": 1.0,
         "auth_reads": False,

@@ -126,6 +126,7 @@ def start_server(home: Path, env: dict[str, str] | None = None, ready_timeout: f
         # Batches up to the max batch size, as tests about batching expect, whatever this machine's timings say
         # (tests/serving/test_batchcost.py and test_inference_api's config test turn the cost curve on).
         "FLIGHTDECK_BATCH_LIMIT_FROM_COST": "false",
+        "FLIGHTDECK_ORT_LONE_REQUEST_SESSION": "false",  # likewise: no second session timed at each load
         "FLIGHTDECK_GRPC_PORT": "0",  # no gRPC unless a test asks (with a free port): 8001 is one port for all
         **(env or {}),
     }
