@@ -94,9 +94,8 @@ class Services:
         metrics.ENGINE_READY.set(0)
         if self.scheduler is not None:
             self.scheduler.shutdown()
-        if self.job_process is not None:
-            self.job_process.close()
-        if self.scheduler is not None:
+            if self.job_process is not None:  # one exists only beside a scheduler
+                self.job_process.close()
             try:
                 self.sampler.sample()  # what happened since the last interval is not lost
             except Exception:

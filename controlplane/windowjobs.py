@@ -28,7 +28,7 @@ from controlplane.runbooks.automatic import alert_runner
 from controlplane.runbooks.catalog import runbook_directory
 from controlplane.runbooks.runner import RunbookRunner
 
-# In the order a fresh job process first runs them (the shortest interval first is not needed: any order works).
+# The job process takes its memory baseline once it has run each of these once.
 WINDOW_JOBS = ("history-retention", "alert-evaluator", "drift-score")
 
 
