@@ -95,6 +95,19 @@ class JobProcess:
                 raise JobProcessError(f"{job} failed in the job process: {reply['error']}")
             return reply["result"]
 
+    def release(self) -> None:
+        """Stop the child between jobs, when this worker no longer leads; the next job starts another."""
+        if not self._lock.acquire(blocking=False):
+            return  # a job in hand (a leader's last, or a new leader's first): the next renewal tries again
+        try:
+            process = self._process
+            if process is not None and not self._closed:
+                self._reap(process, "lease")
+                metrics.JOB_PROCESS_RSS.set(0)
+                log.info("job process %d stopped: this worker no longer holds the lease", process.pid)
+        finally:
+            self._lock.release()
+
     def close(self) -> None:
         """Close the child's stdin and wait a moment for it to exit, then kill it; start no other."""
         # NOTE: not under the lock, so a job in hand that hangs cannot hold up the server's stop. Only stdin is

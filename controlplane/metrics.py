@@ -118,7 +118,8 @@ JOB_PROCESS_RSS = Gauge(
 JOB_PROCESS_STARTS = Counter(
     "flightdeck_job_process_starts_total",
     "Job processes started, by why: first, retired (grew past FLIGHTDECK_JOB_PROCESS_MAX_GROWTH_MB), "
-    "exited (died during a job), timeout (killed after FLIGHTDECK_JOB_PROCESS_TIMEOUT_S).",
+    "exited (died during a job), timeout (killed after FLIGHTDECK_JOB_PROCESS_TIMEOUT_S), "
+    "lease (this worker leads again after it lost the lease, which stopped the last).",
     ("why",),
 )
 ENGINE_READY = Gauge(

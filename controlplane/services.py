@@ -193,7 +193,7 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
     )
     if scheduling:
         scheduler = LeaderScheduler(
-            sessions, settings.lease_ttl_s, process=process, on_renewed=lambda leads: metrics.LEADER.set(int(leads))
+            sessions, settings.lease_ttl_s, process=process, on_renewed=functools.partial(_renewed, job_process)
         )
         scheduler.add_local_job(sampler.sample, settings.history_interval_s, "history-sample")
         scheduler.add_local_job(reconciler.beat, settings.heartbeat_s, "heartbeat")  # alive even mid-load
@@ -221,3 +221,10 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         services.scheduler = scheduler
     services.refresh_gauges()
     return services
+
+
+def _renewed(job_process: JobProcess | None, leads: bool) -> None:
+    """After each lease renewal: the leader gauge, and a worker that no longer leads stops its job process."""
+    metrics.LEADER.set(int(leads))
+    if not leads and job_process is not None:
+        job_process.release()

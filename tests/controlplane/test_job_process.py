@@ -142,6 +142,25 @@ def test_a_child_that_died_is_replaced_at_the_next_job(jobs: JobProcess) -> None
     assert starts("exited") == exited + 1
 
 
+def test_a_worker_that_loses_the_lease_stops_its_child_and_starts_another_if_it_leads_again(
+    jobs: JobProcess,
+) -> None:
+    from controlplane.services import _renewed
+
+    jobs.run("history-retention", engine_ready=True)
+    child = jobs.pid
+    assert child is not None
+    _renewed(jobs, True)  # a renewal while leading keeps it
+    assert jobs.pid == child
+    again = starts("lease")
+    _renewed(jobs, False)
+    assert jobs.pid is None and gone(child)
+    assert metrics.JOB_PROCESS_RSS._value.get() == 0  # no figure left standing for a process that is gone
+    assert isinstance(jobs.run("history-retention", engine_ready=True), dict)
+    assert jobs.pid not in (None, child)
+    assert starts("lease") == again + 1
+
+
 def test_a_child_that_gives_no_answer_in_time_is_killed(settings: Settings) -> None:
     # NOTE: a fresh child needs about a second to import what it runs: 50 ms is never enough.
     jobs = JobProcess(settings.model_copy(update={"job_process_timeout_s": 0.05}))
