@@ -18,6 +18,11 @@ change is judged by its ratio to its own baseline under the same load.
                                   [--client async|threads] [--protocols json,binary,grpc] [--no-naive]
                                   [--baseline-env FLIGHTDECK_X=VALUE ...]
 
+With Flightdeck up and idle and before the peers start, it measures each workload's ceiling: plain
+ONNX Runtime with no HTTP at every batch size, one single-threaded process per core and one process
+with every core (bench.rawort; `--raw-seconds 0` skips it). At the end it prints Flightdeck ÷ that
+ceiling and issue 26's goals, PASS or FAIL each (a dash where the run lacks the peer).
+
 Before any load it waits for every Flightdeck worker to have loaded its models (keep-alive
 connections opened earlier would all stay on the first worker), then prints each process's idle
 CPU (% of one core over --idle seconds).
@@ -65,6 +70,7 @@ from bench.measure import (
 )
 from bench.peerservers import mlserver_peer
 from bench.process import ROOT, ServerProcess, free_port
+from bench.rawort import Ceiling, ceiling, print_ceiling
 from serving.engine import read_manifest
 from serving.runtime import requested_providers
 from serving.settings import BatchingSettings, RuntimeSettings, parallelism
@@ -72,6 +78,11 @@ from serving.tensors import ModelSpec
 
 # name -> (model, sequence length): the issue's workloads.
 WORKLOADS = {"mlp": ("mlp", 1), "textcls32": ("textcls", 32), "textcls128": ("textcls", 128)}
+# Where the model, not HTTP, bounds a server on this machine: issue 26 asks 90 % of raw ONNX Runtime's best there.
+MODEL_BOUND = {"textcls128"}
+RAW_SHARE_GOAL = 0.9
+MLSERVER_GOAL = 1.5
+C1_P50_SLACK_MS = 0.1
 
 
 @dataclass
@@ -315,8 +326,8 @@ def measure(
     )  # fmt: skip
 
 
-def print_table(cells: list[Cell]) -> None:
-    """Print every cell, then Flightdeck ÷ each peer per workload and concurrency."""
+def print_table(cells: list[Cell], ceilings: dict[str, Ceiling] | None = None) -> None:
+    """Print every cell, then Flightdeck ÷ each peer per workload and concurrency, then ÷ raw ONNX Runtime."""
     print(f"{'workload':<11}{'c':>4} {'server':<11}{'req/s':>8}{'p50 ms':>8}{'p99 ms':>8}{'CPU µs/req':>11}"
           f"{'cores':>7}{'errors':>7}{'load1':>7}")  # fmt: skip
     for c in cells:
@@ -331,6 +342,13 @@ def print_table(cells: list[Cell]) -> None:
                 print(f"{workload:<11}{concurrency:>4}  req/s x{fd.rps / other.rps:.2f}"
                       f"   p50 {fd.p50_ms - other.p50_ms:+.2f} ms   p99 x{fd.p99_ms / other.p99_ms:.2f}"
                       f"   CPU/req x{fd.cpu_us / other.cpu_us:.2f}")  # fmt: skip
+    if ceilings:
+        print("\nFlightdeck ÷ raw ONNX Runtime at its best batch and layout (req/s ÷ samples/s: a request is a sample)")
+        for c in cells:
+            if c.server == "flightdeck" and c.workload in ceilings:
+                layout, batch, rate = ceilings[c.workload].best
+                where = f"{rate:.0f} samples/s at batch {batch}, {layout}"
+                print(f"{c.workload:<11}{c.concurrency:>4}  x{c.rps / rate:.3f}   ({where})")
     for mine, other_name in GRPC_PAIRS:
         pairs = [
             (w, c, by_key[(w, c, mine)], by_key[(w, c, other_name)])
@@ -342,6 +360,43 @@ def print_table(cells: list[Cell]) -> None:
         for workload, concurrency, fd, other in pairs:
             print(f"{workload:<11}{concurrency:>4}  req/s x{fd.rps / other.rps:.2f}"
                   f"   p50 {fd.p50_ms - other.p50_ms:+.2f} ms   CPU/req x{fd.cpu_us / other.cpu_us:.2f}")  # fmt: skip
+
+
+def print_goals(cells: list[Cell], ceilings: dict[str, Ceiling]) -> None:
+    """Issue 26's goals, one line each: PASS, FAIL, or a dash where this run lacks the peer or the figure."""
+    by_key = {(c.workload, c.concurrency, c.server): c for c in cells}
+    concurrencies = sorted({c.concurrency for c in cells})
+    top = concurrencies[-1] if concurrencies and concurrencies[-1] >= 32 else None
+    lines: list[tuple[bool | None, str]] = []
+    for workload in dict.fromkeys(c.workload for c in cells):
+        fd1, naive1 = by_key.get((workload, 1, "flightdeck")), by_key.get((workload, 1, "naive"))
+        if fd1 and naive1:
+            ok = fd1.rps >= naive1.rps and fd1.p50_ms <= naive1.p50_ms + C1_P50_SLACK_MS
+            lines.append((ok, f"{workload} c=1: req/s x{fd1.rps / naive1.rps:.2f} naive (>= 1), "
+                              f"p50 {fd1.p50_ms - naive1.p50_ms:+.2f} ms (<= +{C1_P50_SLACK_MS} ms)"))  # fmt: skip
+        if top is None:
+            continue
+        fd, naive, mlserver = (by_key.get((workload, top, s)) for s in ("flightdeck", "naive", "mlserver"))
+        if fd and naive:
+            lines.append((fd.p99_ms <= naive.p99_ms,
+                          f"{workload} c={top}: p99 {fd.p99_ms:.1f} ms vs naive {naive.p99_ms:.1f} ms (<=)"))  # fmt: skip
+        if fd:
+            share = fd.rps / mlserver.rps if mlserver and mlserver.rps else None
+            lines.append((None if share is None else share >= MLSERVER_GOAL,
+                          f"{workload} c={top}: req/s x{share:.2f} MLServer (>= {MLSERVER_GOAL})" if share is not None
+                          else f"{workload} c={top}: >= {MLSERVER_GOAL} x MLServer: no MLServer in this run"))  # fmt: skip
+        if fd and workload in MODEL_BOUND:
+            if workload in ceilings:
+                _, batch, rate = ceilings[workload].best
+                lines.append((fd.rps >= RAW_SHARE_GOAL * rate,
+                              f"{workload} c={top}: {fd.rps:.0f} req/s = {fd.rps / rate:.0%} of raw ONNX Runtime's "
+                              f"{rate:.0f} samples/s at batch {batch} (>= {RAW_SHARE_GOAL:.0%})"))  # fmt: skip
+            else:
+                lines.append((None, f"{workload} c={top}: >= {RAW_SHARE_GOAL:.0%} of raw ONNX Runtime: not measured"))
+    if lines:
+        print("\nIssue 26's goals (one run: read a near miss as noise, a wide one as real)")
+    for ok, text in lines:
+        print(f"{'-' if ok is None else 'PASS' if ok else 'FAIL':<6}{text}")
 
 
 # The issue's goals for gRPC: >= REST binary at c=32, >= 2x MLServer's gRPC, c=1 p50 within 0.2 ms of REST.
@@ -373,13 +428,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--protocols", default="json,binary,grpc",
                    help="comma-separated, of json (every server), binary (Flightdeck), grpc (Flightdeck, MLServer)")  # fmt: skip
     p.add_argument("--no-naive", action="store_true", help="leave the naive server out")
+    p.add_argument("--raw-seconds", type=float, default=1.5,
+                   help="window per layout and batch size of raw ONNX Runtime's ceiling (bench.rawort); 0: skip it")  # fmt: skip
     p.add_argument("--client", choices=["async", "threads"], default="async",
                    help="async: bench.loadgen in its own process; threads: the old http.client threads")  # fmt: skip
     return p.parse_args(argv)
 
 
-def run(args: argparse.Namespace) -> list[Cell]:
-    """Start the servers, measure every cell, stop them; return the cells."""
+def run(args: argparse.Namespace) -> tuple[list[Cell], dict[str, Ceiling]]:
+    """Start the servers, measure raw ONNX Runtime's ceilings and every cell, stop them; return both."""
     workloads = [w for w in args.workloads.split(",") if w]
     unknown = set(workloads) - set(WORKLOADS)
     if unknown:
@@ -391,6 +448,7 @@ def run(args: argparse.Namespace) -> list[Cell]:
             f"unknown protocols {sorted(set(protocols) - set(PROTOCOLS))}; choose from {', '.join(PROTOCOLS)}"
         )
     cells: list[Cell] = []
+    ceilings: dict[str, Ceiling] = {}
     # NOTE: before Flightdeck starts, so that a first pip install does not run during its measurements.
     venv = None if args.no_mlserver else mlserver_peer.ensure_venv()
     with tempfile.TemporaryDirectory(prefix="flightdeck-peers-") as tmp:
@@ -414,6 +472,12 @@ def run(args: argparse.Namespace) -> list[Cell]:
                       + ", ".join(f"{k} {v:.2f}" for k, v in idle.items()), flush=True)  # fmt: skip
             folders = registry_models(Path(tmp) / "home", {WORKLOADS[w][0] for w in workloads})
             models = {name: folder / "model.onnx" for name, folder in folders.items()}
+            if args.raw_seconds:  # NOTE: with Flightdeck up and idle, before the peers start: the cores are free
+                for workload in workloads:
+                    model, seq_len = WORKLOADS[workload]
+                    manifest = read_manifest(folders[model])
+                    ceilings[workload] = ceiling(workload, models[model], manifest, seq_len, args.raw_seconds)
+                    print_ceiling(ceilings[workload])
             if not args.no_naive:
                 peers.append(start_naive(models, args.naive_workers, args.naive_threads, Path(tmp) / "naive.log"))
                 peers[-1].wait_ready()
@@ -438,7 +502,7 @@ def run(args: argparse.Namespace) -> list[Cell]:
         finally:
             for peer in peers:
                 peer.stop()
-    return cells
+    return cells, ceilings
 
 
 def _speaks(peer: Peer, protocol: str) -> bool:
@@ -451,8 +515,9 @@ def _speaks(peer: Peer, protocol: str) -> bool:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     print(f"cores: {os.cpu_count()}  load average before: {os.getloadavg()}", flush=True)
-    cells = run(args)
-    print_table(cells)
+    cells, ceilings = run(args)
+    print_table(cells, ceilings)
+    print_goals(cells, ceilings)
     if args.json:
         args.json.write_text(json.dumps([asdict(c) for c in cells], indent=2))
     return 0

@@ -141,6 +141,35 @@ def test_the_peer_table_prints_grpc_against_rest_binary_and_mlservers_grpc(capsy
     assert "req/s x3.00" in out.split("flightdeck-grpc ÷ mlserver-grpc")[1]
 
 
+def test_the_goals_block_judges_each_of_issue_26s_goals_and_says_what_it_lacks(capsys) -> None:
+    from bench.peers import Cell, print_goals
+    from bench.rawort import Ceiling, Layout
+
+    cells = [
+        Cell("textcls128", 1, "flightdeck", 500.0, 1.95, 3.0, 900.0, 1.0, 0, 0.1),
+        Cell("textcls128", 1, "naive", 490.0, 1.90, 3.5, 900.0, 1.0, 0, 0.1),  # p50 +0.05 ms: within the 0.1
+        Cell("textcls128", 32, "flightdeck", 400.0, 60.0, 80.0, 900.0, 1.0, 0, 0.1),
+        Cell("textcls128", 32, "naive", 380.0, 70.0, 75.0, 900.0, 1.0, 0, 0.1),  # a lower p99: FAIL
+        Cell("mlp", 1, "flightdeck", 900.0, 0.50, 1.0, 90.0, 1.0, 0, 0.1),
+        Cell("mlp", 1, "naive", 1000.0, 0.45, 1.0, 90.0, 1.0, 0, 0.1),  # more req/s: FAIL
+        Cell("mlp", 32, "flightdeck", 9000.0, 3.0, 6.0, 90.0, 1.0, 0, 0.1),
+        Cell("mlp", 32, "mlserver", 3000.0, 9.0, 19.0, 900.0, 1.0, 0, 0.1),
+    ]
+    ceiling = Ceiling("textcls128", {(Layout(2, 1), 1): 380.0, (Layout(2, 1), 8): 460.0, (Layout(1, 2), 8): 300.0})
+    print_goals(cells, {"textcls128": ceiling})
+    verdicts = [line.split(None, 1) for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [(v, text.split(":")[0]) for v, text in verdicts] == [
+        ("PASS", "textcls128 c=1"),  # more req/s, p50 +0.05 ms
+        ("FAIL", "textcls128 c=32"),  # p99 80 against 75 ms
+        ("-", "textcls128 c=32"),  # no MLServer in the run: said, not judged
+        ("FAIL", "textcls128 c=32"),  # 400 req/s is 87 % of the best cell, 460 at batch 8
+        ("FAIL", "mlp c=1"),  # fewer req/s than naive
+        ("PASS", "mlp c=32"),  # 3 x MLServer; no naive cell, and mlp is not model-bound
+    ]
+    assert "87% of raw ONNX Runtime's 460 samples/s at batch 8" in verdicts[3][1]
+    assert "x3.00 MLServer" in verdicts[5][1]
+
+
 def test_mlserver_gets_flightdecks_batching_and_onnx_runtime_settings(tmp_path) -> None:
     """MLServer's repository: adaptive batching 32 / 2 ms, our worker count and session settings, its ports."""
     from bench.peers import mlserver_settings
@@ -168,3 +197,15 @@ def test_a_venv_that_cannot_be_made_skips_mlserver_with_one_line(tmp_path, capsy
     assert mlserver_peer.ensure_venv(blocker / "venv") is None
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-1].startswith("MLServer: skipped, could not create venv/")
+
+
+def test_raw_onnx_runtimes_ceiling_runs_every_layout_and_batch_in_real_processes(demo_store) -> None:
+    from bench.rawort import Layout, ceiling
+    from serving.engine import read_manifest
+
+    folder = demo_store / "mlp" / "1"
+    result = ceiling("mlp", folder / "model.onnx", read_manifest(folder), 1, seconds=0.05, batches=(1, 4), cores=2)
+    assert set(result.rates) == {(Layout(2, 1), 1), (Layout(2, 1), 4), (Layout(1, 2), 1), (Layout(1, 2), 4)}
+    assert all(rate > 0 for rate in result.rates.values())
+    layout, batch, rate = result.best
+    assert rate == max(result.rates.values()) == result.rates[(layout, batch)]
