@@ -22,6 +22,7 @@ import argparse
 import csv
 import os
 import shutil
+import signal
 import sqlite3
 import sys
 import tempfile
@@ -284,6 +285,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # NOTE: `kill` stops a soak as Ctrl-C does, through run's `finally`: the server and its job process with it.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     return run(parse_args(argv))
 
 
