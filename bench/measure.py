@@ -23,6 +23,8 @@ HTTP_CONCURRENCY = (1, 8, 32)
 SHED = (429, 503)  # what an overloaded server may answer instead of 200
 OVERLOAD_ENV = {"FLIGHTDECK_MAX_QUEUE_SIZE": "32", "FLIGHTDECK_DEFAULT_TIMEOUT_MS": "2000"}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+# name -> (model, sequence length): issue 26's workloads, for bench.peers, bench.rawort and bench.soak.
+WORKLOADS = {"mlp": ("mlp", 1), "textcls32": ("textcls", 32), "textcls128": ("textcls", 128)}
 
 # One call of a closed loop: returns (status, batch size formed or 0, back-off seconds before the next call).
 Call = Callable[[], tuple[int, int, float]]

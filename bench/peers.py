@@ -60,6 +60,7 @@ from bench.grpcload import MODEL_INFER
 from bench.loadgen import Result, drive
 from bench.measure import (
     CLK_TCK,
+    WORKLOADS,
     Window,
     binary_request_body,
     closed_loop,
@@ -76,8 +77,6 @@ from serving.runtime import requested_providers
 from serving.settings import BatchingSettings, RuntimeSettings, parallelism
 from serving.tensors import ModelSpec
 
-# name -> (model, sequence length): the issue's workloads.
-WORKLOADS = {"mlp": ("mlp", 1), "textcls32": ("textcls", 32), "textcls128": ("textcls", 128)}
 # Where the model, not HTTP, bounds a server on this machine: issue 26 asks 90 % of raw ONNX Runtime's best there.
 MODEL_BOUND = {"textcls128"}
 RAW_SHARE_GOAL = 0.9

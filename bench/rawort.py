@@ -127,7 +127,7 @@ def print_ceiling(c: Ceiling) -> None:
 def main(argv: list[str] | None = None) -> int:
     import tempfile
 
-    from bench.peers import WORKLOADS
+    from bench.measure import WORKLOADS
     from serving.demo_models import build_model, demo_manifest
 
     p = argparse.ArgumentParser(prog="python -m bench.rawort", description=__doc__.split("\n\n")[0])

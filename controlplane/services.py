@@ -37,6 +37,7 @@ from controlplane.runbooks.runner import RunbookRunner, build_runner
 from controlplane.scheduler import LeaderScheduler
 from controlplane.windowjobs import WindowJobs, build_evaluator, load_alert_rules
 from controlplane.windowjobs import publish as publish_window_result
+from serving.cores import CoreClaim
 from serving.engine import Engine
 from serving.memory import trim_heap
 from serving.runtime import check_single_distribution
@@ -124,6 +125,7 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         settings.batching_settings,
         observer_factory=metrics.SlotMetrics,
         tracer_factory=None if traces is None else traces.batch_tracer,
+        cores=CoreClaim(settings.home / "cores.lock"),  # the workers of a node share it: one lone run at a time
     )
     db = make_engine(settings.sqlalchemy_url)
     sessions = session_factory(db)

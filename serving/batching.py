@@ -10,8 +10,9 @@ of the `instances` runs. Under concurrent load requests find others queued or ru
 being batched by the executors. A run that starts with nothing else running or queued (an inline
 run, or an executor's batch on an otherwise idle batcher) goes to `run_alone` when the engine gave
 one: a session whose intra-op threads use every core, where the shared session's are shared out
-among the instances (serving.engine keeps it only where it measured it faster). Before its delay, any group leaves once it is full or can form one of the
-preferred batch sizes (the largest it can; Triton's `preferred_batch_size`). Because the oldest
+among the instances (serving.engine keeps it only where it measured it faster), provided no other
+run on the node holds the cores (serving.cores). Before its delay, any group leaves once it is full
+or can form one of the preferred batch sizes (the largest it can; Triton's `preferred_batch_size`). Because the oldest
 request's group always goes first once due, a rare shape is never starved by a common one. "Full"
 is the group's batch limit: the max batch size, or less where the version's cost curve, timed at load,
 stopped paying earlier for the group's sequence bucket (serving.batchcost).
@@ -40,6 +41,7 @@ from serving import inputstats
 from serving.assembly import GroupKey, Part, group_key
 from serving.batchcost import limit_for
 from serving.batchstats import BatcherSnapshot, BatcherStats, BatchObserver, BatchTracer, RequestOutcome
+from serving.cores import CoreClaim
 from serving.errors import (
     DeadlineExceeded,
     InferenceFailed,
@@ -111,11 +113,14 @@ class Batcher:
         input_sample_every: int = 0,
         batch_limits: Mapping[int, int] | None = None,
         run_alone: RunBatch | None = None,
+        cores: CoreClaim | None = None,
     ) -> None:
         self._run = run
         # A session that may use every core, for a batch that runs with nothing else running or queued (an idle
         # server's lone request); None: every batch runs on `run`, whose intra-op threads share the cores.
         self._run_alone = run_alone
+        # With `run_alone`: the node's claim on its cores, so that a lone run has them to itself (serving.cores).
+        self._cores = (cores or CoreClaim()) if run_alone is not None else None
         self._spec = spec
         self.max_batch_size = max(1, max_batch_size)
         self.max_queue_delay_s = max_queue_delay_s
@@ -549,8 +554,13 @@ class Batcher:
     def _execute(self, batch: list[Pending], alone: bool = False) -> None:
         start = self._clock()
         size = sum(p.batch for p in batch)
-        run = self._run_alone if alone and self._run_alone is not None else self._run
-        isolated = run_isolated(run, self._spec, [Part(p.tensors, p.batch, p.seq_len) for p in batch])
+        parts = [Part(p.tensors, p.batch, p.seq_len) for p in batch]
+        if self._cores is None:
+            isolated = run_isolated(self._run, self._spec, parts)
+        else:
+            assert self._run_alone is not None
+            with self._cores.hold(every=alone) as every:
+                isolated = run_isolated(self._run_alone if every else self._run, self._spec, parts)
         results: dict[Pending, dict[str, np.ndarray] | ServingError] = {}
         for i, pending in enumerate(batch):
             result = isolated.results[i]

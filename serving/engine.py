@@ -23,6 +23,7 @@ import numpy as np
 from serving import batchcost
 from serving.batchcost import CostCurve, lone_request_times
 from serving.batching import Batcher, BatchObserver, BatchTracer, Pending
+from serving.cores import CoreClaim
 from serving.errors import InvalidInput, ModelNotFound, Overloaded, ServingError, Unavailable, client_error_kind
 from serving.modelconfig import ModelConfig, effective_config
 from serving.predictions import labels_of
@@ -188,8 +189,11 @@ class Engine:
         observer_factory: ObserverFactory | None = None,
         rng: random.Random | None = None,
         tracer_factory: TracerFactory | None = None,
+        cores: CoreClaim | None = None,
     ) -> None:
         self.runtime = runtime or RuntimeSettings()
+        # The node's claim on its cores that lone-request runs take (serving.cores); None: this process's own.
+        self._cores = cores
         self.batching = batching or BatchingSettings()
         self._observer_factory = observer_factory
         self._tracer_factory = tracer_factory
@@ -245,6 +249,7 @@ class Engine:
             input_sample_every=b.input_sample_every,
             batch_limits=config.batch_limits,
             run_alone=None if alone is None else alone.run,
+            cores=None if alone is None else self._core_claim(),
         )
         loaded = LoadedVersion(spec, slot, session, batcher, version_dir, config, warmup_s, sample, alone=alone)
         with self._lock:
@@ -275,9 +280,13 @@ class Engine:
         if not lone:
             return None, None  # NOTE: nothing known to run: an unmeasured second copy of the weights is not worth it
         sample = max(lone, key=lambda t: sum(a.size for a in t.values()))  # the heaviest lone request warmed up
+        # Spinning within a run, not after it: without it two threads' hand-offs ate the gain (textcls seq 128:
+        # 5.5 ms against 5.3 on one thread; 3.2 ms spinning; docs/benchmarks.md).
+        lone = replace(self.runtime, intra_op_threads=cores, allow_spinning=True, force_spinning_stop=True)
         try:
-            session = load_session(model, replace(self.runtime, intra_op_threads=cores))
-            shared_s, alone_s = lone_request_times(shared.run, session.run, sample, LONE_TIMING_BUDGET_S)
+            session = load_session(model, lone)
+            with self._core_claim().every():  # NOTE: another worker's load or traffic would spoil the timing
+                shared_s, alone_s = lone_request_times(shared.run, session.run, sample, LONE_TIMING_BUDGET_S)
         except Exception as exc:  # ONNX Runtime's own types; the shared session serves every request as before
             log.warning("%s %s: no lone-request session: %s", spec.name, spec.version, exc)
             return None, None
@@ -289,6 +298,12 @@ class Engine:
             alone_s * 1e3, cores, shared_s * 1e3, threads,
         )  # fmt: skip
         return (session if kept else None), timing
+
+    def _core_claim(self) -> CoreClaim:
+        with self._lock:
+            if self._cores is None:
+                self._cores = CoreClaim()
+            return self._cores
 
     def _measure_cost(
         self, spec: ModelSpec, session: Session, ran: list[dict[str, np.ndarray]], max_batch: int

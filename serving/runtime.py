@@ -61,6 +61,8 @@ def session_options(settings: RuntimeSettings) -> ort.SessionOptions:
     options.enable_cpu_mem_arena = settings.enable_cpu_mem_arena
     options.enable_mem_pattern = settings.enable_mem_pattern
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if settings.allow_spinning else "0")
+    if settings.force_spinning_stop:
+        options.add_session_config_entry("session.force_spinning_stop", "1")
     options.log_severity_level = 3
     return options
 

@@ -18,10 +18,14 @@ class RuntimeSettings:
     inter_op_threads: int = 1
     # Spinning threads burn the cores the event loop and the other executors need between batches.
     allow_spinning: bool = False
+    # Stop the intra-op threads' spinning when the last run in flight returns (ORT's session.force_spinning_stop):
+    # spinning then speeds up a run's many small parallel sections without burning the cores between runs.
+    force_spinning_stop: bool = False
     # On the CPU, when each instance's session has fewer intra-op threads than there are cores: a second
-    # session with every core for a request that runs with nothing else running or queued, kept where it
-    # runs the heaviest batch-1 warm-up sample faster (timed at load). Costs a second copy of the weights.
-    # Off here, as learn_batch_limits, so in-process engines do not time this machine; the control plane's default is on.
+    # session with every core (spinning within a run only) for a request that runs with nothing else running
+    # or queued on the node (serving.cores), kept where it runs the heaviest batch-1 warm-up sample faster
+    # (timed at load). Costs a second copy of the weights. Off here, as learn_batch_limits, so in-process
+    # engines do not time this machine; the control plane decides its own default.
     lone_request_session: bool = False
     graph_optimization: str = "all"  # disable | basic | extended | all
     enable_cpu_mem_arena: bool = True

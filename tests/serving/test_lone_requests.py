@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +19,7 @@ import pytest
 
 from serving import engine as engine_module
 from serving.batching import INLINE_AFTER, Batcher
+from serving.cores import CoreClaim
 from serving.engine import Engine
 from serving.modelconfig import triton_config
 from serving.settings import BatchingSettings, RuntimeSettings
@@ -38,21 +42,54 @@ def test_a_request_with_nothing_else_running_or_queued_runs_on_the_lone_session(
         batcher.close(5)
 
 
-def test_a_request_beside_a_running_one_runs_on_the_shared_session() -> None:
-    alone = Gated()
-    shared = Echo()
-    batcher = make(shared, alone)
+class SpyClaim(CoreClaim):
+    """The real claim; `waiting` is set when a run asks for a shared claim (it may then wait on the lock)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        super().__init__(path)
+        self.waiting = threading.Event()
+
+    @contextmanager
+    def hold(self, every: bool) -> Iterator[bool]:
+        if not every:
+            self.waiting.set()
+        with super().hold(every) as got:
+            yield got
+
+
+def test_a_request_beside_a_running_lone_one_waits_it_out_then_runs_on_the_shared_session() -> None:
+    order: list[str] = []
+    alone = Gated(inner=lambda t: order.append("alone ended") or {"y": t["x"] * 2})
+    shared = lambda t: order.append("shared began") or {"y": t["x"] * 2}  # noqa: E731
+    claim = SpyClaim()
+    batcher = make(shared, alone, cores=claim)
     try:
         first = batcher.submit(vector(1.0), 1, 0, 10)
-        assert alone.started.wait(5)  # the first found the batcher idle: it holds the lone session
+        assert alone.started.wait(5)  # the first found the batcher idle: it holds the lone session and every core
         second = batcher.submit(vector(2.0), 1, 0, 10)
-        assert batcher.result(second)["y"].tolist() == [[4.0] * 4]  # the other executor, on the shared session
-        assert len(shared.batches) == 1
+        assert claim.waiting.wait(5)  # the other executor took it, for the shared session
         alone.gate.set()
+        assert batcher.result(second)["y"].tolist() == [[4.0] * 4]
         assert batcher.result(first)["y"].tolist() == [[2.0] * 4]
-        assert alone.calls == 1
+        assert order == ["alone ended", "shared began"]  # no run on a share of the cores beside a lone one
     finally:
         alone.gate.set()
+        batcher.close(5)
+
+
+def test_a_lone_request_runs_on_the_shared_session_while_another_process_runs(tmp_path: Path) -> None:
+    # NOTE: flock locks belong to open file descriptions; another thread's claim on the same file stands in for
+    # another worker's run (tests/serving/test_cores.py shows it across real processes).
+    shared, alone = Echo(), Echo()
+    batcher = make(shared, alone, cores=CoreClaim(tmp_path / "cores.lock"))
+    other = CoreClaim(tmp_path / "cores.lock")
+    try:
+        with other.hold(every=False):
+            batcher.result(batcher.submit(vector(1.0), 1, 0, 10))
+        assert len(shared.batches) == 1 and alone.batches == []
+        batcher.result(batcher.submit(vector(2.0), 1, 0, 10))
+        assert len(alone.batches) == 1  # the node is idle again: every core
+    finally:
         batcher.close(5)
 
 
@@ -84,14 +121,14 @@ def textcls(demo_store: Path) -> Path:
     return demo_store / "textcls" / "1"
 
 
-def _engine(monkeypatch: pytest.MonkeyPatch, cores: int, **runtime) -> Engine:
+def _engine(monkeypatch: pytest.MonkeyPatch, cores: int, claim: CoreClaim | None = None, **runtime) -> Engine:
     monkeypatch.setattr(os, "cpu_count", lambda: cores)
     runtime = {"lone_request_session": True} | runtime
-    return Engine(RuntimeSettings(device="cpu", **runtime), BatchingSettings(warmup_max_sequence=32))
+    return Engine(RuntimeSettings(device="cpu", **runtime), BatchingSettings(warmup_max_sequence=32), cores=claim)
 
 
 def test_the_lone_session_is_kept_where_timing_says_it_is_faster_and_answers_the_same(
-    monkeypatch: pytest.MonkeyPatch, textcls: Path
+    monkeypatch: pytest.MonkeyPatch, textcls: Path, tmp_path: Path
 ) -> None:
     # NOTE: the timing is the machine's; here it is given, so the test is about what the engine does with it.
     monkeypatch.setattr(engine_module, "lone_request_times", lambda shared, alone, sample, budget: (2.0, 1.0))
@@ -105,12 +142,16 @@ def test_the_lone_session_is_kept_where_timing_says_it_is_faster_and_answers_the
         return session
 
     monkeypatch.setattr(engine_module, "load_session", counted)
-    engine = _engine(monkeypatch, cores=2)
+    engine = _engine(monkeypatch, cores=2, claim=CoreClaim(tmp_path / "cores.lock"))
     loaded = engine.load(textcls)
     try:
         assert loaded.alone is not None
         assert loaded.session.session.get_session_options().intra_op_num_threads == 1
-        assert loaded.alone.session.get_session_options().intra_op_num_threads == 2
+        lone = loaded.alone.session.get_session_options()
+        assert lone.intra_op_num_threads == 2
+        # spinning within a run only: two threads without it were no faster than one (serving.engine)
+        assert lone.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+        assert lone.get_session_config_entry("session.force_spinning_stop") == "1"
         shown = triton_config(loaded.spec, loaded.config, on_gpu=False)["parameters"]  # /v2/models/{m}/config
         assert shown["lone_request_threads"]["string_value"] == "2"
         assert json.loads(shown["lone_request_ms"]["string_value"]) == {"shared": 2000.0, "alone": 1000.0}
@@ -122,6 +163,9 @@ def test_the_lone_session_is_kept_where_timing_says_it_is_faster_and_answers_the
         assert ran_on == [2]  # an idle engine's request: on the session with both cores
         for name, value in expected.items():
             np.testing.assert_allclose(answer[name], value, rtol=1e-5, atol=1e-6)
+        with CoreClaim(tmp_path / "cores.lock").hold(every=False):  # another worker of the node is running
+            engine.infer("textcls", inputs)
+        assert ran_on == [2, 1]
     finally:
         engine.drain(5)
 
