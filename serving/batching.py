@@ -7,8 +7,8 @@ batching window. Quieter still: a caller who will wait for its own answer (`subm
 caller_runs=True)`) and finds nothing queued or running, after `INLINE_AFTER` requests in a row that
 found the same, runs its request itself in `result`, sparing two thread hand-offs; it counts as one
 of the `instances` runs. Under concurrent load requests find others queued or running, so they keep
-being batched by the executors. A run that starts with nothing else running or queued (an inline
-run, or an executor's batch on an otherwise idle batcher) goes to `run_alone` when the engine gave
+being batched by the executors. A run of one request that starts with nothing else running or queued
+(an inline run, or an executor's on an otherwise idle batcher) goes to `run_alone` when the engine gave
 one: a session whose intra-op threads use every core, where the shared session's are shared out
 among the instances (serving.engine keeps it only where it measured it faster), provided no other
 run on the node holds the cores (serving.cores). Before its delay, any group leaves once it is full
@@ -390,7 +390,8 @@ class Batcher:
                 batch = self._next_batch()
                 if batch is None:
                     return
-                alone = not self._running and not self._queue
+                # NOTE: one request, not a merged batch: merging means load, where the cores pay more shared out.
+                alone = not self._running and not self._queue and len(batch) == 1
                 self._running += 1
             try:
                 self._execute(batch, alone)

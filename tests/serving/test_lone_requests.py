@@ -93,6 +93,22 @@ def test_a_lone_request_runs_on_the_shared_session_while_another_process_runs(tm
         batcher.close(5)
 
 
+def test_a_merged_batch_runs_on_the_shared_session_even_with_nothing_else_running() -> None:
+    alone, shared = Gated(), Echo()
+    batcher = make(shared, alone, instances=1)
+    try:
+        first = batcher.submit(vector(1.0), 1, 0, 10)
+        assert alone.started.wait(5)
+        queued = [batcher.submit(vector(float(n)), 1, 0, 10) for n in (2, 3)]  # they wait behind it, then merge
+        alone.gate.set()
+        assert [batcher.result(p)["y"].tolist() for p in queued] == [[[4.0] * 4], [[6.0] * 4]]
+        batcher.result(first)
+        assert alone.calls == 1 and [len(b["x"]) for b in shared.batches] == [2]  # merging means load
+    finally:
+        alone.gate.set()
+        batcher.close(5)
+
+
 def test_a_callers_inline_run_uses_the_lone_session() -> None:
     shared, alone = Echo(), Echo()
     batcher = make(shared, alone)
