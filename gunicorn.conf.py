@@ -14,6 +14,7 @@ import sys
 
 from gunicorn.glogging import Logger
 
+from controlplane.balance import connections_folder, forget
 from controlplane.config import load_settings
 from controlplane.grpcfront.port import check_port_free
 from controlplane.logconfig import logging_config
@@ -75,6 +76,7 @@ def on_starting(server):
     check_port_free(_settings)  # NOTE: the workers bind it with SO_REUSEPORT, which would share it silently
     shutil.rmtree(_prometheus_dir, ignore_errors=True)
     _prometheus_dir.mkdir(parents=True)
+    shutil.rmtree(connections_folder(_settings), ignore_errors=True)  # a killed server's workers' counts
     prepared = subprocess.run([sys.executable, "-m", "controlplane", "prepare"], check=False)
     if prepared.returncode != 0:
         server.log.error("could not prepare the data directory (exit status %d): see above", prepared.returncode)
@@ -120,3 +122,4 @@ def child_exit(server, worker):
     from prometheus_client import multiprocess
 
     multiprocess.mark_process_dead(worker.pid)
+    forget(connections_folder(_settings), worker.pid)  # a killed worker's count would hold the others back

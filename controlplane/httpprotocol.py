@@ -24,7 +24,9 @@ buffer (up to the body limit) and, for a Flask route, the thread reading it. Her
   the rest of a body answered early arrives after its answer);
 - room: past the connection limit (gunicorn's `worker_connections`), the connections that have no
   request in progress (idle keep-alive, silent, or still sending a head) are closed, longest quiet
-  first, so a new client and the probes get an answer rather than uvicorn's 503.
+  first, so a new client and the probes get an answer rather than uvicorn's 503;
+- balance: a worker holding two connections more than another answers a request with `Connection: close`
+  (controlplane.balance), so the client reconnects to a less loaded worker.
 
 Every closing for these reasons is told to `ConnectionLimits.on_close` (the worker counts them in
 `flightdeck_connections_closed_total`). The 408 and 431 answers leave the connection open for `LINGER_S`,
@@ -44,19 +46,22 @@ from typing import Any
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from controlplane.balance import ConnectionShare
+
 # NOTE: nginx allows 4 x 8 KiB of headers, Node 16 KiB; gunicorn 100 fields of 8 KiB each.
 MAX_HEAD_BYTES = 64 * 1024
 LINGER_S = 2.0
 TIMED_OUT = "flightdeck.timed_out"  # scope["extensions"] key: which deadline ended the request ("body")
 # Why a connection was closed, as on_close is told (the metric's `reason` label).
-HEADER_TIMEOUT, BODY_TIMEOUT, SEND_TIMEOUT, KEEPALIVE_TIMEOUT, EVICTED = (
+HEADER_TIMEOUT, BODY_TIMEOUT, SEND_TIMEOUT, KEEPALIVE_TIMEOUT, EVICTED, REBALANCED = (
     "header_timeout",
     "body_timeout",
     "send_timeout",
     "keepalive_timeout",
     "evicted",
+    "rebalanced",
 )
-REASONS = (HEADER_TIMEOUT, BODY_TIMEOUT, SEND_TIMEOUT, KEEPALIVE_TIMEOUT, EVICTED)
+REASONS = (HEADER_TIMEOUT, BODY_TIMEOUT, SEND_TIMEOUT, KEEPALIVE_TIMEOUT, EVICTED, REBALANCED)
 EVICT_AT_ONCE = 32  # idle connections closed per eviction at most beyond what is needed (nginx drains 32)
 EVICT_QUIET_S = 1.0  # ... if they have been quiet this long
 _TOO_LARGE = b"request line and headers are over the limit of %d bytes" % MAX_HEAD_BYTES
@@ -76,6 +81,8 @@ class ConnectionLimits:
     send_timeout_s: float = 30.0
     keepalive_timeout_s: float = 5.0
     on_close: Callable[[str], None] = _ignore  # told one of REASONS
+    # The node's connection counts (controlplane.balance); None: this worker does not balance.
+    share: ConnectionShare | None = None
 
 
 class _ReadFlow(FlowControl):
@@ -158,6 +165,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_since = self._quiet_since = now  # NOTE: the first head is timed from the connection's opening
         self._make_room()
         self._arm()
+        if self.limits.share is not None:
+            self.limits.share.publish(len(self.connections))
 
     def connection_lost(self, exc: Exception | None) -> None:
         for timer in (self._timer, self._send_timer):
@@ -173,6 +182,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 cycle.message_event.set()
         self._cycles = []
         super().connection_lost(exc)
+        if self.limits.share is not None:
+            self.limits.share.publish(len(self.connections))
 
     def pause_writing(self) -> None:
         super().pause_writing()
@@ -236,6 +247,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._cycles = [c for c in self._cycles if not c.response_complete]
         self._cycles.append(self.cycle)
         self._awaiting_continue = self.cycle is not None and self.cycle.waiting_for_100_continue
+        share = self.limits.share
+        if share is not None and self.cycle is not None and self.cycle.keep_alive:
+            if share.should_move(len(self.connections)):  # answered whole, then closed: the client reconnects
+                self.cycle.keep_alive = False
+                self.limits.on_close(REBALANCED)
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)

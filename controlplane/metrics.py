@@ -162,7 +162,9 @@ CONNECTIONS_CLOSED = Counter(
     "flightdeck_connections_closed_total",
     "Client connections the server closed, by reason: header_timeout (the request head did not arrive whole in "
     "HEADER_TIMEOUT_S, or nothing came), body_timeout (the body stopped arriving: BODY_TIMEOUT_S, BODY_MIN_RATE), "
-    "send_timeout (the client did not read its answer for SEND_TIMEOUT_S), keepalive_timeout (idle between requests), evicted (idle, closed to make room past worker_connections).",
+    "send_timeout (the client did not read its answer for SEND_TIMEOUT_S), keepalive_timeout (idle between requests), "
+    "evicted (idle, closed to make room past worker_connections), rebalanced (answered with Connection: close so "
+    "that the client reconnects to a worker holding fewer connections).",
     ("reason",),
 )
 LOOP_LAG = Histogram(

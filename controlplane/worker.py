@@ -13,6 +13,8 @@ What differs from uvicorn's own `UvicornWorker`:
   a head of at most `MAX_HEAD_BYTES`, header, body and keep-alive deadlines from FLIGHTDECK_HEADER_TIMEOUT_S,
   BODY_TIMEOUT_S, BODY_MIN_RATE and KEEPALIVE_TIMEOUT_S, each closing counted in
   `flightdeck_connections_closed_total`; past `worker_connections`, idle connections are closed first.
+- Keep-alive connections are spread over the workers (`controlplane.balance`): one holding two more than another
+  asks a client to reconnect, as gunicorn's own workers left new connections to idle ones.
 - The loop's lag is measured (`controlplane.looplag`) and exported as `flightdeck_event_loop_lag_seconds`.
 - Forwarding headers (X-Forwarded-For, -Proto) are trusted only when FORWARDED_ALLOW_IPS names the
   proxies, and then only from them; unset, the audit log's address is the peer's and the scheme is
@@ -36,6 +38,7 @@ from gunicorn.arbiter import Arbiter
 from uvicorn.server import Server
 from uvicorn_worker import UvicornWorker
 
+from controlplane.balance import ConnectionShare, connections_folder
 from controlplane.httpprotocol import BoundedHttpToolsProtocol, ConnectionLimits
 from controlplane.looplag import watch_loop_lag
 
@@ -140,6 +143,7 @@ class FlightdeckWorker(UvicornWorker):
             send_timeout_s=settings.send_timeout_s,
             keepalive_timeout_s=settings.keepalive_timeout_s,
             on_close=metrics.connection_closed,
+            share=ConnectionShare(connections_folder(settings)) if self.cfg.workers > 1 else None,
         )
         # NOTE: uvicorn builds each connection's protocol as http(config=..., server_state=..., app_state=...).
         self.config.http = functools.partial(BoundedHttpToolsProtocol, limits=limits)  # type: ignore[assignment]
