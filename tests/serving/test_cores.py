@@ -12,7 +12,18 @@ import sys
 import threading
 from pathlib import Path
 
-from serving.cores import CoreClaim
+from serving.cores import HOLDOFF_S, CoreClaim
+
+
+class Clock:
+    """CLOCK_MONOTONIC's stand-in, shared by the claims of one test: the holdoff passes when the test says."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
 
 HOLDER = """
 import fcntl, os, sys
@@ -33,7 +44,8 @@ def holder(path: Path, how: str) -> subprocess.Popen[str]:
 
 
 def test_every_core_is_had_only_while_nothing_else_runs(tmp_path: Path) -> None:
-    mine, other = CoreClaim(tmp_path / "cores.lock"), CoreClaim(tmp_path / "cores.lock")
+    clock = Clock()
+    mine, other = CoreClaim(tmp_path / "cores.lock", clock), CoreClaim(tmp_path / "cores.lock", clock)
     with mine.hold(every=True) as every:
         assert every
     done = threading.Event()
@@ -55,10 +67,16 @@ def test_every_core_is_had_only_while_nothing_else_runs(tmp_path: Path) -> None:
         done.set()
         thread.join(5)
     assert results == [False]
+    with mine.hold(every=True) as every:
+        assert not every  # idle now, but two runs met a moment ago: requests are not coming one at a time
+    clock.now += HOLDOFF_S
+    with mine.hold(every=True) as every:
+        assert every
 
 
-def test_a_shared_run_waits_for_a_lone_run_to_end(tmp_path: Path) -> None:
-    lone, shared = CoreClaim(tmp_path / "cores.lock"), CoreClaim(tmp_path / "cores.lock")
+def test_a_shared_run_waits_for_a_lone_run_to_end_and_holds_lone_runs_off(tmp_path: Path) -> None:
+    clock = Clock()
+    lone, shared = CoreClaim(tmp_path / "cores.lock", clock), CoreClaim(tmp_path / "cores.lock", clock)
     order: list[str] = []
     asked = threading.Event()
 
@@ -76,10 +94,13 @@ def test_a_shared_run_waits_for_a_lone_run_to_end(tmp_path: Path) -> None:
         order.append("lone ended")
     thread.join(5)
     assert order == ["lone ended", "shared began"]
+    with lone.hold(every=True) as every:
+        assert not every  # the shared run had to wait: the next request may come during a lone run too
 
 
 def test_another_process_holding_the_cores_keeps_a_lone_run_off_them_until_it_dies(tmp_path: Path) -> None:
-    claim = CoreClaim(tmp_path / "cores.lock")
+    clock = Clock()
+    claim = CoreClaim(tmp_path / "cores.lock", clock)
     with holder(tmp_path / "cores.lock", "shared") as other:
         try:
             with claim.hold(every=True) as every:
@@ -87,6 +108,7 @@ def test_another_process_holding_the_cores_keeps_a_lone_run_off_them_until_it_di
         finally:
             other.send_signal(signal.SIGKILL)  # a worker killed mid-run releases its claim with its descriptors
             other.wait(10)
+    clock.now += HOLDOFF_S
     with claim.hold(every=True) as every:
         assert every
 

@@ -19,7 +19,7 @@ import pytest
 
 from serving import engine as engine_module
 from serving.batching import INLINE_AFTER, Batcher
-from serving.cores import CoreClaim
+from serving.cores import HOLDOFF_S, CoreClaim
 from serving.engine import Engine
 from serving.modelconfig import triton_config
 from serving.settings import BatchingSettings, RuntimeSettings
@@ -81,14 +81,16 @@ def test_a_lone_request_runs_on_the_shared_session_while_another_process_runs(tm
     # NOTE: flock locks belong to open file descriptions; another thread's claim on the same file stands in for
     # another worker's run (tests/serving/test_cores.py shows it across real processes).
     shared, alone = Echo(), Echo()
-    batcher = make(shared, alone, cores=CoreClaim(tmp_path / "cores.lock"))
+    now = [0.0]
+    batcher = make(shared, alone, cores=CoreClaim(tmp_path / "cores.lock", lambda: now[0]))
     other = CoreClaim(tmp_path / "cores.lock")
     try:
         with other.hold(every=False):
             batcher.result(batcher.submit(vector(1.0), 1, 0, 10))
         assert len(shared.batches) == 1 and alone.batches == []
+        now[0] += HOLDOFF_S
         batcher.result(batcher.submit(vector(2.0), 1, 0, 10))
-        assert len(alone.batches) == 1  # the node is idle again: every core
+        assert len(alone.batches) == 1  # the node idle again, and calm for HOLDOFF_S: every core
     finally:
         batcher.close(5)
 
