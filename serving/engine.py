@@ -25,6 +25,7 @@ from serving.batchcost import CostCurve, lone_request_times
 from serving.batching import Batcher, BatchObserver, BatchTracer, Pending
 from serving.cores import CoreClaim
 from serving.errors import InvalidInput, ModelNotFound, Overloaded, ServingError, Unavailable, client_error_kind
+from serving.memory import available_bytes
 from serving.modelconfig import ModelConfig, effective_config
 from serving.predictions import labels_of
 from serving.runtime import (
@@ -46,6 +47,8 @@ SLOTS = ("blue", "green")
 # this budget (a second copy of the weights is not worth a gain within the timing's noise).
 LONE_MIN_GAIN = 0.1
 LONE_TIMING_BUDGET_S = 0.5
+# ... and made only where a second copy of the weights takes at most this share of the memory available.
+LONE_MAX_MEMORY_SHARE = 0.1
 
 # Builds the observer for one loaded version; the control plane passes one that records metrics.
 ObserverFactory = Callable[[str, str, str], BatchObserver | None]
@@ -282,6 +285,14 @@ class Engine:
         lone = [t for t in ran if _batch_of(spec, t) == 1]
         if not lone:
             return None, None  # NOTE: nothing known to run: an unmeasured second copy of the weights is not worth it
+        available = available_bytes()
+        if available is not None and model.stat().st_size > LONE_MAX_MEMORY_SHARE * available:
+            log.info(
+                "%s %s: no lone-request session: a second copy of its %.0f MiB would take over %d %% of the "
+                "%.0f MiB available", spec.name, spec.version, model.stat().st_size / 2**20,
+                LONE_MAX_MEMORY_SHARE * 100, available / 2**20,
+            )  # fmt: skip
+            return None, None
         sample = max(lone, key=lambda t: sum(a.size for a in t.values()))  # the heaviest lone request warmed up
         # Spinning within a run, not after it: without it two threads' hand-offs ate the gain (textcls seq 128:
         # 5.5 ms against 5.3 on one thread; 3.2 ms spinning; docs/benchmarks.md).

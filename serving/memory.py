@@ -106,6 +106,18 @@ def rss_bytes() -> int:
     return _statm()[0]
 
 
+def available_bytes() -> int | None:
+    """Return the memory the kernel says is available for new work (MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def heap_live_bytes() -> int:
     """Return the bytes glibc has handed out and not had back (0 without glibc)."""
     if _LIBC is None:

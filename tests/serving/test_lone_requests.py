@@ -195,12 +195,16 @@ def test_the_lone_session_is_kept_where_timing_says_it_is_faster_and_answers_the
         (2, {"lone_request_session": False}, (2.0, 1.0), "turned off"),
         (1, {}, (2.0, 1.0), "one core: the shared session has them all"),
         (2, {"intra_op_threads": 2}, (2.0, 1.0), "the shared session already has every core"),
+        (2, {"available": 4096}, (2.0, 1.0), "a second copy of the weights would not fit"),
     ],
 )
 def test_no_lone_session_where_it_would_not_pay(
     monkeypatch: pytest.MonkeyPatch, textcls: Path, cores: int, runtime: dict, times: tuple, why: str
 ) -> None:
     monkeypatch.setattr(engine_module, "lone_request_times", lambda shared, alone, sample, budget: times)
+    available = runtime.pop("available", None)
+    if available is not None:  # bytes the kernel says are free: far less than ten copies of textcls
+        monkeypatch.setattr(engine_module, "available_bytes", lambda: available)
     engine = _engine(monkeypatch, cores=cores, **runtime)
     try:
         loaded = engine.load(textcls)
