@@ -296,9 +296,9 @@ class Engine:
         sample = max(lone, key=lambda t: sum(a.size for a in t.values()))  # the heaviest lone request warmed up
         # Spinning within a run, not after it: without it two threads' hand-offs ate the gain (textcls seq 128:
         # 5.5 ms against 5.3 on one thread; 3.2 ms spinning; docs/benchmarks.md).
-        lone = replace(self.runtime, intra_op_threads=cores, allow_spinning=True, force_spinning_stop=True)
+        every_core = replace(self.runtime, intra_op_threads=cores, allow_spinning=True, force_spinning_stop=True)
         try:
-            session = load_session(model, lone)
+            session = load_session(model, every_core)
             with self._core_claim().every():  # NOTE: another worker's load or traffic would spoil the timing
                 shared_s, alone_s = lone_request_times(shared.run, session.run, sample, LONE_TIMING_BUDGET_S)
         except Exception as exc:  # ONNX Runtime's own types; the shared session serves every request as before
