@@ -68,7 +68,7 @@ class CoreClaim:
             fd, name = tempfile.mkstemp(prefix="flightdeck-cores-")
             os.unlink(name)
             self._anchor = _Descriptor(fd)  # closed when the claim is collected
-            path = Path(f"/proc/{os.getpid()}/fd/{fd}")
+            path = Path(f"/proc/self/fd/{fd}")  # NOTE: self, read at each open: a forked child opens its own
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
