@@ -248,7 +248,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._cycles.append(self.cycle)
         self._awaiting_continue = self.cycle is not None and self.cycle.waiting_for_100_continue
         share = self.limits.share
-        if share is not None and self.cycle is not None and self.cycle.keep_alive:
+        # NOTE: never behind pipelined requests: they would be closed on unanswered (RFC 9112 lets a client retry
+        # them, but a move is not worth that).
+        if share is not None and self.cycle is not None and self.cycle.keep_alive and len(self._cycles) == 1:
             if share.should_move(len(self.connections)):  # answered whole, then closed: the client reconnects
                 self.cycle.keep_alive = False
                 self.limits.on_close(REBALANCED)
