@@ -119,8 +119,9 @@ class Batcher:
         # A session that may use every core, for a batch that runs with nothing else running or queued (an idle
         # server's lone request); None: every batch runs on `run`, whose intra-op threads share the cores.
         self._run_alone = run_alone
-        # With `run_alone`: the node's claim on its cores, so that a lone run has them to itself (serving.cores).
-        self._cores = (cores or CoreClaim()) if run_alone is not None else None
+        # The node's claim on its cores (serving.cores): every run takes it, so that a lone run, here or in another
+        # worker, has them to itself; None: no claim (a GPU session; or no lone session here and none given).
+        self._cores = cores or (CoreClaim() if run_alone is not None else None)
         self._spec = spec
         self.max_batch_size = max(1, max_batch_size)
         self.max_queue_delay_s = max_queue_delay_s
@@ -559,9 +560,8 @@ class Batcher:
         if self._cores is None:
             isolated = run_isolated(self._run, self._spec, parts)
         else:
-            assert self._run_alone is not None
-            with self._cores.hold(every=alone) as every:
-                isolated = run_isolated(self._run_alone if every else self._run, self._spec, parts)
+            with self._cores.hold(every=alone and self._run_alone is not None) as every:
+                isolated = run_isolated(self._run_alone if every and self._run_alone else self._run, self._spec, parts)
         results: dict[Pending, dict[str, np.ndarray] | ServingError] = {}
         for i, pending in enumerate(batch):
             result = isolated.results[i]

@@ -2,9 +2,9 @@
 
 A version's lone-request session (serving.engine) has an intra-op thread per core and spins them
 within a run. Two such runs at once, from two workers of one server, would put twice as many
-spinning threads as cores on the machine: on 2 cores that cost 0.67x at concurrency 2. So a run
-takes a claim on a lock file first, shared for a run on the version's own share of the cores,
-exclusive for a lone run. A lone run gets every core only when nothing else on the node is running
+spinning threads as cores on the machine: on 2 cores that cost 0.67x at concurrency 2. So every
+run on the CPU takes a claim on a lock file first, shared for a run on its version's share of the
+cores, whether or not that version has a lone session, exclusive for a lone run. A lone run gets every core only when nothing else on the node is running
 (the exclusive claim is tried, never waited for: the run falls back to the shared session), and a
 shared run that starts during a lone run waits for it (a few milliseconds) rather than slow it.
 

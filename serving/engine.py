@@ -255,7 +255,8 @@ class Engine:
             input_sample_every=b.input_sample_every,
             batch_limits=config.batch_limits,
             run_alone=None if alone is None else alone.run,
-            cores=None if alone is None else self._core_claim(),
+            # Every CPU run takes the node's claim, so that a lone run anywhere sees it (and waits it out).
+            cores=self._core_claim() if session.provider == CPU else None,
         )
         loaded = LoadedVersion(spec, slot, session, batcher, version_dir, config, warmup_s, sample, alone=alone)
         with self._lock:

@@ -111,6 +111,25 @@ def test_a_merged_batch_runs_on_the_shared_session_even_with_nothing_else_runnin
         batcher.close(5)
 
 
+def test_a_version_without_a_lone_session_still_keeps_another_workers_lone_run_off_the_cores(tmp_path: Path) -> None:
+    # NOTE: the other worker's version kept its lone session, this one did not (or it is another model): its runs
+    # must still be seen, or a lone run would spin every core beside them.
+    shared = Gated()
+    batcher = Batcher(shared, VECTOR_SPEC, max_batch_size=8, max_queue_delay_s=0.05, max_queue_size=64,
+                      cores=CoreClaim(tmp_path / "cores.lock"))  # fmt: skip
+    other_worker = CoreClaim(tmp_path / "cores.lock")
+    try:
+        pending = batcher.submit(vector(1.0), 1, 0, 10)
+        assert shared.started.wait(5)
+        with other_worker.hold(every=True) as every:
+            assert not every
+        shared.gate.set()
+        assert batcher.result(pending)["y"].tolist() == [[2.0] * 4]
+    finally:
+        shared.gate.set()
+        batcher.close(5)
+
+
 def test_a_callers_inline_run_uses_the_lone_session() -> None:
     shared, alone = Echo(), Echo()
     batcher = make(shared, alone)
