@@ -3,7 +3,7 @@
 Issue 26 asks that a server at saturation reach 90 % of what plain ONNX Runtime does with the same
 cores where the model, not HTTP, is the bound. `ceiling` measures that figure in the benchmark's own
 run (same machine, same load around it): for each layout (several processes of one intra-op thread,
-one per core, and one process with every core) and each batch size, every process runs
+one per core, and one process with every core, spinning) and each batch size, every process runs
 `session.run` in a loop over the same window, started together at a barrier, and the samples they
 finished are added up. The ceiling is the best cell; the table of all of them says where batching
 stops paying.
