@@ -248,9 +248,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._cycles.append(self.cycle)
         self._awaiting_continue = self.cycle is not None and self.cycle.waiting_for_100_continue
         share = self.limits.share
-        # NOTE: never behind pipelined requests: they would be closed on unanswered (RFC 9112 lets a client retry
-        # them, but a move is not worth that).
-        if share is not None and self.cycle is not None and self.cycle.keep_alive and len(self._cycles) == 1:
+        # NOTE: only at an inference request, the load worth spreading: a client's control calls keep the worker they
+        # talk to (tritonclient's load_model returns once that worker serves the model; is_model_ready asks it next).
+        # Never behind pipelined requests: they would be closed on unanswered.
+        if (
+            share is not None
+            and self.cycle is not None
+            and self.cycle.keep_alive
+            and len(self._cycles) == 1
+            and self.scope["method"] == "POST"
+            and self.scope["path"].endswith("/infer")
+        ):
             if share.should_move(len(self.connections)):  # answered whole, then closed: the client reconnects
                 self.cycle.keep_alive = False
                 self.limits.on_close(REBALANCED)
