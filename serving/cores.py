@@ -3,10 +3,11 @@
 A version's lone-request session (serving.engine) has an intra-op thread per core and spins them
 within a run. Two such runs at once, from two workers of one server, would put twice as many
 spinning threads as cores on the machine: on 2 cores that cost 0.67x at concurrency 2. So every
-run on the CPU takes a claim on a lock file first, shared for a run on its version's share of the
-cores, whether or not that version has a lone session, exclusive for a lone run. A lone run gets every core only when nothing else on the node is running
-(the exclusive claim is tried, never waited for: the run falls back to the shared session), and a
-shared run that starts during a lone run waits for it (a few milliseconds) rather than slow it.
+run on the CPU takes a claim on a lock file first: shared for a run on its version's share of the
+cores (whether or not that version has a lone session), exclusive for a lone run. A lone run gets
+every core only when nothing else on the node is running (the exclusive claim is tried, never
+waited for: the run falls back to the shared session), and a shared run that starts during a lone
+run waits for it (a few milliseconds) rather than slow it.
 
 A lone run is also worth it only while requests come one at a time: it spends more CPU per request
 than a run on one core (two threads' hand-offs), which pays only where the other cores would idle.
@@ -81,15 +82,14 @@ class CoreClaim:
         return handle.fd
 
     def _met_at(self) -> mmap.mmap:
+        if self._stamp is not None:
+            return self._stamp
         with self._stamp_lock:
             if self._stamp is None:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-                try:
-                    if os.fstat(fd).st_size < _STAMP.size:
-                        os.ftruncate(fd, _STAMP.size)  # NOTE: every process sizes it alike: zeros, "long ago"
-                    self._stamp = mmap.mmap(fd, _STAMP.size)
-                finally:
-                    os.close(fd)
+                fd = self._fd()  # the mapping keeps the file; the thread's descriptor stays the thread's
+                if os.fstat(fd).st_size < _STAMP.size:
+                    os.ftruncate(fd, _STAMP.size)  # NOTE: every process sizes it alike: zeros, "long ago"
+                self._stamp = mmap.mmap(fd, _STAMP.size)
             return self._stamp
 
     def _calm(self) -> bool:

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 from serving.cores import HOLDOFF_S, CoreClaim
+from tests.servers import wait_until
 
 
 class Clock:
@@ -32,6 +33,12 @@ fcntl.flock(fd, fcntl.LOCK_SH if sys.argv[2] == "shared" else fcntl.LOCK_EX)
 print("held", flush=True)
 sys.stdin.read()
 """
+
+
+def blocked_on(path: Path) -> bool:
+    """Whether the kernel lists a claim waiting on `path`'s lock (a `->` line of /proc/locks for its inode)."""
+    inode = f":{path.stat().st_ino} "
+    return any("->" in line and inode in line for line in Path("/proc/locks").read_text().splitlines())
 
 
 def holder(path: Path, how: str) -> subprocess.Popen[str]:
@@ -90,7 +97,7 @@ def test_a_shared_run_waits_for_a_lone_run_to_end_and_holds_lone_runs_off(tmp_pa
         thread = threading.Thread(target=shared_run)
         thread.start()
         assert asked.wait(5)
-        thread.join(0.05)  # NOTE: not a synchronisation: the assertion below holds however long this waits
+        wait_until(lambda: blocked_on(tmp_path / "cores.lock"), 5, "the shared claim to block on the lock")
         order.append("lone ended")
     thread.join(5)
     assert order == ["lone ended", "shared began"]
