@@ -77,6 +77,7 @@ def on_starting(server):
     shutil.rmtree(_prometheus_dir, ignore_errors=True)
     _prometheus_dir.mkdir(parents=True)
     shutil.rmtree(connections_folder(_settings), ignore_errors=True)  # a killed server's workers' counts
+    shutil.rmtree(_settings.measurements_dir, ignore_errors=True)  # each start times its loads afresh
     prepared = subprocess.run([sys.executable, "-m", "controlplane", "prepare"], check=False)
     if prepared.returncode != 0:
         server.log.error("could not prepare the data directory (exit status %d): see above", prepared.returncode)

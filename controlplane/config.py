@@ -516,6 +516,11 @@ class Settings(BaseSettings):
         return self.home / "logs"
 
     @property
+    def measurements_dir(self) -> Path:
+        """Return where the workers of this node share what their loads measured (serving.measured)."""
+        return self.home.resolve() / "measured"
+
+    @property
     def retention(self) -> RetentionPolicy:
         """Return how long each history resolution is kept."""
         # Imported here: gunicorn.conf.py reads the settings and must not pull in the ORM.

@@ -39,6 +39,7 @@ from controlplane.windowjobs import WindowJobs, build_evaluator, load_alert_rule
 from controlplane.windowjobs import publish as publish_window_result
 from serving.cores import CoreClaim
 from serving.engine import Engine
+from serving.measured import Measurements
 from serving.memory import trim_heap
 from serving.runtime import check_single_distribution
 
@@ -126,6 +127,7 @@ def build_services(settings: Settings, *, start_scheduler: bool | None = None) -
         observer_factory=metrics.SlotMetrics,
         tracer_factory=None if traces is None else traces.batch_tracer,
         cores=CoreClaim(settings.home / "cores.lock"),  # the workers of a node share it: one lone run at a time
+        measured=Measurements(settings.measurements_dir),  # ... and what their loads timed: one cost curve
     )
     db = make_engine(settings.sqlalchemy_url)
     sessions = session_factory(db)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -46,6 +47,25 @@ class CostCurve:
     def limits_under(self, max_batch_size: int) -> dict[int, int]:
         """Return each measured bucket's batch limit under `max_batch_size` (a bucket without a bound gets it)."""
         return {bucket: min(limit or max_batch_size, max_batch_size) for bucket, limit in self.limits.items()}
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the curve as JSON values (serving.measured shares it between the workers of a node)."""
+        return {
+            "points": {str(bucket): [list(point) for point in points] for bucket, points in self.points.items()},
+            "limits": {str(bucket): limit for bucket, limit in self.limits.items()},
+            "margin": self.margin,
+            "seconds": self.seconds,
+        }
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> CostCurve:
+        """Return the curve `to_json` wrote (KeyError, TypeError, ValueError or AttributeError where it is not one)."""
+        return cls(
+            points={int(b): tuple((int(n), float(s)) for n, s in points) for b, points in value["points"].items()},
+            limits={int(b): None if limit is None else int(limit) for b, limit in value["limits"].items()},
+            margin=float(value["margin"]),
+            seconds=float(value["seconds"]),
+        )
 
     def describe(self) -> dict[str, dict[str, float]]:
         """Return milliseconds per sample at each batch size, per bucket, for people and /v2/models/{m}/config."""

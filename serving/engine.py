@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -25,6 +25,7 @@ from serving.batchcost import CostCurve, lone_request_times
 from serving.batching import Batcher, BatchObserver, BatchTracer, Pending
 from serving.cores import CoreClaim
 from serving.errors import InvalidInput, ModelNotFound, Overloaded, ServingError, Unavailable, client_error_kind
+from serving.measured import Measurements
 from serving.memory import available_bytes
 from serving.modelconfig import ModelConfig, effective_config
 from serving.predictions import labels_of
@@ -193,8 +194,11 @@ class Engine:
         rng: random.Random | None = None,
         tracer_factory: TracerFactory | None = None,
         cores: CoreClaim | None = None,
+        measured: Measurements | None = None,
     ) -> None:
         self.runtime = runtime or RuntimeSettings()
+        # Where the workers of a node share what their loads measured (serving.measured); None: measure alone.
+        self._measured = measured
         # The node's claim on its cores that lone-request runs take (serving.cores); None: this process's own.
         self._cores = cores
         self.batching = batching or BatchingSettings()
@@ -229,13 +233,14 @@ class Engine:
         ran = self._warm_up(spec, session, config.max_batch_size)
         warmup_s = time.perf_counter() - started
         sample = min(ran, key=lambda t: sum(a.size for a in t.values()), default=None)
+        key = self._measurement_key(version_dir, session, threads, instances, config.max_batch_size)
         if b.learn_batch_limits and config.combine and config.max_batch_size > 1:
             # NOTE: with the node's cores to itself where it can: another worker's load timing its lone session
             # (every core, spinning) beside this one moved the limits chosen (textcls seq 32: 2 or 8).
             with self._core_claim().every():
-                curve = self._measure_cost(spec, session, ran, config.max_batch_size)
+                curve = self._shared_cost(key, spec, session, ran, config.max_batch_size)
             config = effective_config(spec, b, instances, curve)
-        alone, lone_timing = self._lone_request_session(spec, version_dir / "model.onnx", session, ran)
+        alone, lone_timing = self._lone_request_session(spec, version_dir / "model.onnx", session, ran, key)
         if lone_timing is not None:
             threads = 0 if alone is None else alone.session.get_session_options().intra_op_num_threads
             config = replace(config, lone_request_threads=threads, lone_request_ms=lone_timing)
@@ -275,10 +280,55 @@ class Engine:
         )
         return loaded
 
+    def _measurement_key(
+        self, version_dir: Path, session: Session, threads: int, instances: int, max_batch: int
+    ) -> str | None:
+        """Return the key of this load's measurements among the node's workers (serving.measured); None: not shared."""
+        if self._measured is None:
+            return None
+        context = {
+            "runtime": asdict(self.runtime),
+            "batching": asdict(self.batching),
+            "provider": session.provider,
+            "threads": threads,
+            "instances": instances,
+            "max_batch": max_batch,
+            "cores": os.cpu_count(),
+        }
+        try:
+            return self._measured.key(version_dir, context)
+        except OSError as exc:
+            log.warning("%s: measurements not shared: %s", version_dir, exc)
+            return None
+
+    def _shared_cost(
+        self, key: str | None, spec: ModelSpec, session: Session, ran: list[dict[str, np.ndarray]], max_batch: int
+    ) -> CostCurve | None:
+        """The cost curve another worker of the node measured for this load, else this one's, shared."""
+        if key is not None and self._measured is not None:
+            record = self._measured.get(key)
+            if "curve" in record:
+                try:
+                    curve = None if record["curve"] is None else CostCurve.from_json(record["curve"])
+                except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                    log.warning("%s %s: ignored a shared cost curve: %s", spec.name, spec.version, exc)
+                else:
+                    log.info("%s %s: batch limits %s from the node's measurement", spec.name, spec.version,
+                             None if curve is None else curve.limits_under(max_batch))  # fmt: skip
+                    return curve
+        curve = self._measure_cost(spec, session, ran, max_batch)
+        if key is not None and self._measured is not None:
+            self._measured.put(key, "curve", None if curve is None else curve.to_json())
+        return curve
+
     def _lone_request_session(
-        self, spec: ModelSpec, model: Path, shared: Session, ran: list[dict[str, np.ndarray]]
+        self, spec: ModelSpec, model: Path, shared: Session, ran: list[dict[str, np.ndarray]], key: str | None = None
     ) -> tuple[Session | None, dict[str, float] | None]:
-        """Return a session with every core for lone requests where it runs one faster than `shared`, and the timing."""
+        """Return a session with every core for lone requests where it runs one faster than `shared`, and the timing.
+
+        Where another worker of the node timed this load already (`key`, serving.measured), its decision stands:
+        no second session where it kept none, and no timing where it kept one.
+        """
         cores = os.cpu_count() or 1
         threads = shared.session.get_session_options().intra_op_num_threads
         if not self.runtime.lone_request_session or shared.provider != CPU or not 0 < threads < cores:
@@ -298,21 +348,42 @@ class Engine:
         # Spinning within a run, not after it: without it two threads' hand-offs ate the gain (textcls seq 128:
         # 5.5 ms against 5.3 on one thread; 3.2 ms spinning; docs/benchmarks.md).
         every_core = replace(self.runtime, intra_op_threads=cores, allow_spinning=True, force_spinning_stop=True)
+        known = self._shared_lone(key)
+        if known is not None and not known[1]:
+            return None, known[0]  # NOTE: the node timed it and kept none: no second copy of the weights to load
         try:
             session = load_session(model, every_core)
             with self._core_claim().every():  # NOTE: another worker's load or traffic would spoil the timing
-                shared_s, alone_s = lone_request_times(shared.run, session.run, sample, LONE_TIMING_BUDGET_S)
+                known = known or self._shared_lone(key)  # NOTE: again: another worker may have timed it meanwhile
+                if known is None:
+                    shared_s, alone_s = lone_request_times(shared.run, session.run, sample, LONE_TIMING_BUDGET_S)
         except Exception as exc:  # ONNX Runtime's own types; the shared session serves every request as before
             log.warning("%s %s: no lone-request session: %s", spec.name, spec.version, exc)
             return None, None
+        if known is not None:
+            log.info("%s %s: lone-request session %s, as the node timed it", spec.name, spec.version,
+                     "kept" if known[1] else "not kept")  # fmt: skip
+            return (session if known[1] else None), known[0]
         timing = {"shared": round(shared_s * 1e3, 6), "alone": round(alone_s * 1e3, 6)}
         kept = alone_s <= shared_s * (1 - LONE_MIN_GAIN)
+        if key is not None and self._measured is not None:
+            self._measured.put(key, "lone", {**timing, "kept": kept})
         log.info(
             "%s %s: %s: %.3f ms on %d threads against %.3f ms on %d",
             spec.name, spec.version, "lone requests on every core" if kept else "no lone-request session",
             alone_s * 1e3, cores, shared_s * 1e3, threads,
         )  # fmt: skip
         return (session if kept else None), timing
+
+    def _shared_lone(self, key: str | None) -> tuple[dict[str, float], bool] | None:
+        """The lone-request timing and decision another worker of the node recorded for this load; None: none."""
+        if key is None or self._measured is None:
+            return None
+        lone = self._measured.get(key).get("lone")
+        try:
+            return {"shared": float(lone["shared"]), "alone": float(lone["alone"])}, bool(lone["kept"])
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
 
     def _core_claim(self) -> CoreClaim:
         with self._lock:

@@ -117,6 +117,29 @@ def test_metrics_add_up_across_workers_and_one_process_leads_the_scheduler(home:
         assert server.stop() == 0
 
 
+def test_the_workers_of_a_node_batch_by_one_measurement_of_each_version(home: Path) -> None:
+    stale = home / "measured" / f"{'0' * 32}.json"  # a record of an earlier start: this one measures afresh
+    stale.parent.mkdir(parents=True)
+    stale.write_text('{"curve": null}')
+    env = {"FLIGHTDECK_WORKERS": "2", "FLIGHTDECK_LOAD_MODELS": "textcls", "FLIGHTDECK_BATCH_LIMIT_FROM_COST": "true"}
+    server = start_server(home, env)
+    try:
+        wait_until(lambda: metric(server.metrics(), "flightdeck_engine_ready") == 1, 60, "both workers to be ready")
+        shown = set()
+        for _ in range(12):  # a new connection each time, so both workers answer some
+            status, config = server.get("/v2/models/textcls/config")
+            assert status == 200
+            p = config["parameters"]
+            shown.add((p["batch_limits"]["string_value"], p["batch_cost_ms_per_sample"]["string_value"]))
+        assert len(shown) == 1, shown  # the same limits and the same timings, to the last digit, from either
+        log = server.output()
+        assert log.count("textcls 1: batch limits") == 2, log[-3000:]
+        assert log.count("from its cost curve") == 1 and log.count("from the node's measurement") == 1
+        assert not stale.exists() and len(list((home / "measured").glob("*.json"))) == 1
+    finally:
+        assert server.stop() == 0
+
+
 def test_a_first_start_pushes_the_demo_models_through_the_registry_and_a_restart_serves_the_same(
     tmp_path: Path,
 ) -> None:

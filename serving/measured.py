@@ -1,0 +1,74 @@
+"""What a version's load measured, shared by the workers of a node: one cost curve, one lone-request decision.
+
+Every worker loads every version itself, and used to time it itself: its cost curve (serving.batchcost)
+and its lone-request session (serving.engine). On a flat curve those timings chose different limits in
+the two workers of one server (textcls seq 16: 1, 4 or 32; seq 32: 2 or 8), so `/v2/models/{m}/config`
+answered differently by the worker that served it and the two workers batched differently; in a soak,
+one worker kept a lone-request session and the other did not. Now the first worker to measure a version
+writes what it measured into a folder of the node (`FLIGHTDECK_HOME/measured/`), and the others read it.
+Both timings run under the node's exclusive claim on its cores (serving.cores), so a second worker
+normally finds the first one's record when its turn comes.
+
+A record is keyed by the model file (its path, size, modification time and inode), its manifest and
+every setting that shapes the timings. The control plane wipes the folder when the server starts:
+each start measures afresh, on the machine as it is then. A record that cannot be read is measured again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class Measurements:
+    """Records of what loads measured, one JSON file per key in `folder`."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    @staticmethod
+    def key(version_dir: Path, context: dict[str, Any]) -> str:
+        """The key of one version's measurements under the settings in `context` (JSON-able values)."""
+        model = (version_dir / "model.onnx").stat()
+        identity = {
+            "model": [str(version_dir.resolve()), model.st_size, model.st_mtime_ns, model.st_ino],
+            "manifest": hashlib.sha256((version_dir / "manifest.json").read_bytes()).hexdigest(),
+            "context": context,
+        }
+        return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+    def get(self, key: str) -> dict[str, Any]:
+        """Return the record of `key` ({} where none was written, or it cannot be read)."""
+        path = self.folder / f"{key}.json"
+        try:
+            record = json.loads(path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            log.warning("ignored the measurements in %s: %s", path, exc)
+            return {}
+        return record if isinstance(record, dict) else {}
+
+    def put(self, key: str, part: str, value: Any) -> None:
+        """Add `part` to the record of `key`: written whole to a temporary file, then renamed over it."""
+        record = self.get(key)
+        record[part] = value
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{key}-", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w") as f:
+                    json.dump(record, f)
+                os.replace(tmp, self.folder / f"{key}.json")
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError as exc:  # NOTE: sharing is an economy: this worker's own figures serve it either way
+            log.warning("could not share the measurements of %s: %s", key, exc)
