@@ -56,6 +56,7 @@ from serving.histogram import Histogram
 from serving.isolation import Isolated, RunBatch, run_isolated
 from serving.predictions import add_bounded, count_labels
 from serving.tensors import ModelSpec
+from serving.threadnames import executor_name, name_in_kernel
 
 log = logging.getLogger(__name__)
 
@@ -157,8 +158,9 @@ class Batcher:
         self._threads = [
             threading.Thread(target=self._loop, name=f"batcher-{name}-{i}", daemon=True) for i in range(self._instances)
         ]
-        for thread in self._threads:
+        for i, thread in enumerate(self._threads):
             thread.start()
+            name_in_kernel(thread, executor_name(name, i))  # NOTE: top -H and py-spy tell executors from the loop
 
     # -- callers -------------------------------------------------------------------------
 
