@@ -16,9 +16,11 @@ at the batch formed, and the event loops cost 0.6 ms per request (docs/benchmark
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,6 +105,14 @@ def report(before: dict, after: dict, wall_s: float, requests: int, master: int)
     return lines
 
 
+def learned(port: int, model: str) -> dict[str, str]:
+    """What the load measured, as `/v2/models/{model}/config` shows it: batch limits, lone-request session."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/{model}/config", timeout=10) as response:
+        parameters = json.load(response).get("parameters", {})
+    wanted = ("batch_limits", "lone_request_threads", "lone_request_ms")
+    return {k: parameters[k]["string_value"] for k in wanted if k in parameters}
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.threadcpu", description=__doc__.split("\n\n")[0])
     p.add_argument("--workload", default="textcls128", choices=sorted(WORKLOADS))
@@ -124,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             server.wait_ready()
             workers = wait_all_workers(server, home)
             spec = ModelSpec.from_manifest(read_manifest(registry_models(home, {model})[model]))
+            shown = learned(server.port, model)
             body = request_body(sample_inputs(spec, 1, seq_len), spec)
             seen: list[tuple[float, dict]] = []
 
@@ -137,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             server.stop()
     ok = window.statuses.get(200, 0)
+    print(f"{model} as loaded: " + ", ".join(f"{k} {v}" for k, v in shown.items()))
     (t0, before), (t1, after) = seen[0], seen[-1]
     print(f"{args.workload} c={args.concurrency}, {workers} worker(s), settings {overrides or 'as make run'}: "
           f"{ok / window.seconds:.0f} req/s, statuses {dict(window.statuses)}")  # fmt: skip

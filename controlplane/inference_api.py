@@ -222,6 +222,7 @@ def _stats_entry(loaded: LoadedVersion) -> dict:
         # Of "fail": requests the model refused for their own input (400s); and the extra runs bisection took.
         "client_errors": s.client_errors,
         "bisect_runs": s.bisect_runs,
+        "lone_runs": s.lone_runs,  # of execution_count: on the lone-request session, with every core
         "queue_depth": loaded.batcher.queue_depth,
         "padding": {"real_tokens": s.real_tokens, "padded_tokens": s.padded_tokens},
     }

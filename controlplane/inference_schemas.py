@@ -142,6 +142,7 @@ class ModelStats(Reply):
     rejected: int
     client_errors: int = Field(description="of fail: requests refused for their own input (400)")
     bisect_runs: int = Field(description="extra runs spent finding the requests that failed a batch")
+    lone_runs: int = Field(0, description="of execution_count: runs on the lone-request session, with every core")
     queue_depth: int
     padding: Padding
 

@@ -65,6 +65,13 @@ REQUEST_SECONDS = Histogram(
     _SLOT,
     buckets=_LATENCY_BUCKETS,
 )
+LONE_RUNS = Counter(
+    "flightdeck_inference_lone_runs_total",
+    "Of the batches executed, those that ran on the version's lone-request session with every core "
+    "(FLIGHTDECK_ORT_LONE_REQUEST_SESSION: a request that came with nothing else running on the node); the rest ran "
+    "on the shared session.",
+    _SLOT,
+)
 BATCH_SIZE = Histogram(
     "flightdeck_inference_batch_size", "Samples per executed batch.", _SLOT, buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256)
 )
@@ -218,6 +225,7 @@ class SlotMetrics:
         self._batch = buffer.observations(BATCH_SIZE.labels(*labels))
         self._inferences = buffer.count(INFERENCES.labels(*labels))
         self._executions = buffer.count(EXECUTIONS.labels(*labels))
+        self._lone = buffer.count(LONE_RUNS.labels(*labels))
         self._real = buffer.count(TOKENS.labels(*labels, "real"))
         self._padded = buffer.count(TOKENS.labels(*labels, "padded"))
         # NOTE: written through, not buffered: a queue's peak lasts less than a flush interval, and the
@@ -257,6 +265,11 @@ class SlotMetrics:
             if padded_tokens:
                 self._real.n += real_tokens
                 self._padded.n += padded_tokens
+
+    def lone_ran(self) -> None:
+        """Count a run on the lone-request session (called after `batch_done` of the same run)."""
+        with self._lock:
+            self._lone.n += 1
 
     def labels_done(self, counted: dict[tuple[str, str], int]) -> None:
         """Count one batch's predicted labels (already bounded: serving.predictions)."""

@@ -559,11 +559,13 @@ class Batcher:
         start = self._clock()
         size = sum(p.batch for p in batch)
         parts = [Part(p.tensors, p.batch, p.seq_len) for p in batch]
+        lone = False  # whether it ran on the lone-request session, with every core
         if self._cores is None:
             isolated = run_isolated(self._run, self._spec, parts)
         else:
             with self._cores.hold(every=alone and self._run_alone is not None) as every:
-                isolated = run_isolated(self._run_alone if every and self._run_alone else self._run, self._spec, parts)
+                lone = every and self._run_alone is not None
+                isolated = run_isolated(self._run_alone if lone else self._run, self._spec, parts)
         results: dict[Pending, dict[str, np.ndarray] | ServingError] = {}
         for i, pending in enumerate(batch):
             result = isolated.results[i]
@@ -577,7 +579,7 @@ class Batcher:
             pending.batch_size = size
             pending.state = _State.DONE
         # NOTE: count first, answer second, so a caller who reads the stats after its answer sees itself.
-        self._record(batch, results, size, isolated, compute, end)
+        self._record(batch, results, size, isolated, compute, end, lone)
         for pending in batch:
             _answer(pending, results[pending])
         if self._tracer is not None:  # NOTE: after the answers: no request waits for its batch's span
@@ -616,6 +618,7 @@ class Batcher:
         isolated: Isolated,
         compute: float,
         end: float,
+        lone: bool = False,
     ) -> None:
         real, padded = isolated.real_tokens, isolated.padded_tokens
         outcomes = {p: _outcome(results[p]) for p in batch}
@@ -627,6 +630,7 @@ class Batcher:
         with self._cond:
             s = self._stats
             s.execution_count += 1
+            s.lone_runs += lone
             s.bisect_runs += isolated.extra_runs
             s.compute_ns += int(compute * 1e9)
             per_size = s.batch_sizes.setdefault(size, [0, 0])
@@ -656,6 +660,10 @@ class Batcher:
                         s.client_error_kinds[kind] = s.client_error_kinds.get(kind, 0) + 1
         if self._observer:
             self._observer.batch_done(size, real, padded, compute)
+            if lone:
+                lone_ran = getattr(self._observer, "lone_ran", None)  # NOTE: optional, as labels_done
+                if lone_ran is not None:
+                    lone_ran()
             if counted:
                 labels_done = getattr(self._observer, "labels_done", None)
                 if labels_done is not None:

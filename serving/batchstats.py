@@ -62,6 +62,7 @@ class BatcherStats:
     client_errors: int = 0  # ... of which the request's own input was the cause (refused before it ran, too)
     client_error_kinds: dict[str, int] = field(default_factory=dict)  # ... by kind (serving.errors.CLIENT_ERROR_KINDS)
     bisect_runs: int = 0  # extra model runs spent splitting failed batches
+    lone_runs: int = 0  # of execution_count, the runs on the lone-request session (every core)
     timeouts: int = 0
     rejected: int = 0
     queue_ns: int = 0

@@ -533,6 +533,7 @@ STATS_KEYS = {
     "rejected",
     "client_errors",
     "bisect_runs",
+    "lone_runs",
     "queue_depth",
     "padding",
 }

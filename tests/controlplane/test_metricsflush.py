@@ -37,6 +37,8 @@ for line in sys.stdin:
         answer = "ok"
     elif command == "batch":
         slot.batch_done(int(args[0]), 0, 0, 0.001)
+        if args[1:] == ["lone"]:  # a run on the lone-request session
+            slot.lone_ran()
         answer = "ok"
     else:
         answer = metrics.render("node-a").decode()
@@ -102,7 +104,7 @@ def directory(tmp_path: Path) -> Path:
 
 def test_counts_from_two_processes_add_up_exactly_after_their_flushes(directory: Path) -> None:
     first = Worker(directory)
-    for line in ("request success 0.0004 0.001 0.0014", "request success 0.003 0.002 0.005", "batch 1", "batch 4"):
+    for line in ("request success 0.0004 0.001 0.0014", "request success 0.003 0.002 0.005", "batch 1 lone", "batch 4"):
         assert first.send(line) == "ok"
     assert first.send("request timeout 0.2 0 0.2") == "ok"  # counted, but no latency: it never ran
     assert first.exit() == 0  # flushed at exit, not by being asked
@@ -142,6 +144,7 @@ def test_counts_from_two_processes_add_up_exactly_after_their_flushes(directory:
     assert value(samples, "flightdeck_inference_queue_seconds_sum") == pytest.approx(sum(queue_values))
     assert value(samples, "flightdeck_inference_request_seconds_sum") == pytest.approx(0.0064 + 0.21 + 0.0011 + 0.021)
     assert value(samples, "flightdeck_inference_exec_count_total") == 3
+    assert value(samples, "flightdeck_inference_lone_runs_total") == 1
     assert value(samples, "flightdeck_inference_count_total") == 1 + 4 + 2
     assert value(samples, "flightdeck_inference_batch_size_bucket", le="1.0") == 1
     assert value(samples, "flightdeck_inference_batch_size_bucket", le="2.0") == 2

@@ -38,6 +38,7 @@ def test_a_request_with_nothing_else_running_or_queued_runs_on_the_lone_session(
         answer = batcher.result(batcher.submit(vector(3.0), 1, 0, 10))
         assert answer["y"].tolist() == [[6.0] * 4]
         assert len(alone.batches) == 1 and shared.batches == []
+        assert (batcher.stats.lone_runs, batcher.stats.execution_count) == (1, 1)
     finally:
         batcher.close(5)
 
@@ -72,6 +73,7 @@ def test_a_request_beside_a_running_lone_one_waits_it_out_then_runs_on_the_share
         assert batcher.result(second)["y"].tolist() == [[4.0] * 4]
         assert batcher.result(first)["y"].tolist() == [[2.0] * 4]
         assert order == ["alone ended", "shared began"]  # no run on a share of the cores beside a lone one
+        assert (batcher.stats.lone_runs, batcher.stats.execution_count) == (1, 2)
     finally:
         alone.gate.set()
         batcher.close(5)
