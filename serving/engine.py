@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -234,13 +235,11 @@ class Engine:
         warmup_s = time.perf_counter() - started
         sample = min(ran, key=lambda t: sum(a.size for a in t.values()), default=None)
         key = self._measurement_key(version_dir, session, threads, instances, config.max_batch_size)
-        if b.learn_batch_limits and config.combine and config.max_batch_size > 1:
-            # NOTE: with the node's cores to itself where it can: another worker's load timing its lone session
-            # (every core, spinning) beside this one moved the limits chosen (textcls seq 32: 2 or 8).
-            with self._core_claim().every():
+        with self._measured.measuring(key) if self._measured is not None else nullcontext():
+            if b.learn_batch_limits and config.combine and config.max_batch_size > 1:
                 curve = self._shared_cost(key, spec, session, ran, config.max_batch_size)
-            config = effective_config(spec, b, instances, curve)
-        alone, lone_timing = self._lone_request_session(spec, version_dir / "model.onnx", session, ran, key)
+                config = effective_config(spec, b, instances, curve)
+            alone, lone_timing = self._lone_request_session(spec, version_dir / "model.onnx", session, ran, key)
         if lone_timing is not None:
             threads = 0 if alone is None else alone.session.get_session_options().intra_op_num_threads
             config = replace(config, lone_request_threads=threads, lone_request_ms=lone_timing)
@@ -316,7 +315,10 @@ class Engine:
                     log.info("%s %s: batch limits %s from the node's measurement", spec.name, spec.version,
                              None if curve is None else curve.limits_under(max_batch))  # fmt: skip
                     return curve
-        curve = self._measure_cost(spec, session, ran, max_batch)
+        # NOTE: with the node's cores to itself where it can: another worker's load timing its lone session
+        # (every core, spinning) beside this one moved the limits chosen (textcls seq 32: 2 or 8).
+        with self._core_claim().every():
+            curve = self._measure_cost(spec, session, ran, max_batch)
         if key is not None and self._measured is not None:
             self._measured.put(key, "curve", None if curve is None else curve.to_json())
         return curve
@@ -353,9 +355,8 @@ class Engine:
             return None, known[0]  # NOTE: the node timed it and kept none: no second copy of the weights to load
         try:
             session = load_session(model, every_core)
-            with self._core_claim().every():  # NOTE: another worker's load or traffic would spoil the timing
-                known = known or self._shared_lone(key)  # NOTE: again: another worker may have timed it meanwhile
-                if known is None:
+            if known is None:
+                with self._core_claim().every():  # NOTE: another worker's load or traffic would spoil the timing
                     shared_s, alone_s = lone_request_times(shared.run, session.run, sample, LONE_TIMING_BUDGET_S)
         except Exception as exc:  # ONNX Runtime's own types; the shared session serves every request as before
             log.warning("%s %s: no lone-request session: %s", spec.name, spec.version, exc)

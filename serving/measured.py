@@ -6,8 +6,10 @@ the two workers of one server (textcls seq 16: 1, 4 or 32; seq 32: 2 or 8), so `
 answered differently by the worker that served it and the two workers batched differently; in a soak,
 one worker kept a lone-request session and the other did not. Now the first worker to measure a version
 writes what it measured into a folder of the node (`FLIGHTDECK_HOME/measured/`), and the others read it.
-Both timings run under the node's exclusive claim on its cores (serving.cores), so a second worker
-normally finds the first one's record when its turn comes.
+A worker measures a key only while it holds that key's lock file (`<key>.lock`, flock(2), released
+even by a worker killed mid-measure), so the others wait for its record instead of timing beside it:
+the node's claim on its cores (serving.cores) gives up waiting after a few seconds, and a cost curve
+may take longer than that.
 
 A record is keyed by the model file (its path, size, modification time and inode), its manifest and
 every setting that shapes the timings. The control plane wipes the folder when the server starts:
@@ -16,11 +18,14 @@ each start measures afresh, on the machine as it is then. A record that cannot b
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +48,25 @@ class Measurements:
             "context": context,
         }
         return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+    @contextmanager
+    def measuring(self, key: str | None) -> Iterator[None]:
+        """Hold `key`'s lock while this worker reads, or measures and writes, its record (None: no lock)."""
+        if key is None:
+            yield
+            return
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.folder / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:  # NOTE: then workers may measure side by side, as they did before sharing
+            log.warning("could not lock the measurements of %s: %s", key, exc)
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
 
     def get(self, key: str) -> dict[str, Any]:
         """Return the record of `key` ({} where none was written, or it cannot be read)."""

@@ -7,9 +7,11 @@ timed once, and so shows the same limits in `/v2/models/{m}/config`.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import random
+import threading
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,8 @@ from serving.engine import Engine
 from serving.measured import Measurements
 from serving.modelconfig import triton_config
 from serving.settings import BatchingSettings, RuntimeSettings
+from tests.servers import wait_until
+from tests.serving.test_cores import blocked_on
 
 
 @pytest.fixture
@@ -134,6 +138,41 @@ def test_the_lone_request_decision_is_the_nodes(monkeypatch: pytest.MonkeyPatch,
         assert loaded_threads == [1] and timings == ["timed"]
     finally:
         third.drain(5)
+
+
+def test_a_worker_waits_for_the_one_measuring_instead_of_timing_beside_it(textcls: Path, tmp_path: Path) -> None:
+    first = worker(tmp_path)
+    try:
+        curve = first.load(textcls).config.cost_curve
+    finally:
+        first.drain(5)
+    assert curve is not None
+    (path,) = (tmp_path / "measured").glob("*.json")
+    record = json.loads(path.read_text())
+    path.unlink()  # as if the first worker were still measuring: nothing written yet
+    lock = os.open(path.with_suffix(".lock"), os.O_RDWR)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # ... and holding the key's lock, as it does while it measures
+    second = worker(tmp_path)
+    loaded: list = []
+    held = True
+    thread = threading.Thread(target=lambda: loaded.append(second.load(textcls)))
+    try:
+        thread.start()
+        wait_until(lambda: blocked_on(path.with_suffix(".lock")), 30, "the second load to wait on the key's lock")
+        slower = CostCurve(
+            {b: tuple((n, 10 * s) for n, s in points) for b, points in curve.points.items()},
+            curve.limits, curve.margin, curve.seconds,
+        )  # fmt: skip
+        path.write_text(json.dumps(record | {"curve": slower.to_json()}))  # what the first one measured
+        os.close(lock)
+        held = False
+        thread.join(60)
+        assert loaded and loaded[0].config.cost_curve == slower  # read, not timed beside the first
+    finally:
+        if held:
+            os.close(lock)
+        thread.join(60)
+        second.drain(5)
 
 
 def test_records_merge_their_parts_and_a_missing_folder_is_made(tmp_path: Path) -> None:
