@@ -388,9 +388,12 @@ class Batcher:
     # -- executors -----------------------------------------------------------------------
 
     def _loop(self) -> None:
+        fresh = True
         while True:
             with self._cond:
-                batch = self._next_batch()
+                # NOTE: a request queued before this executor first looked found the batcher idle too, if nothing ran
+                batch = self._next_batch(idle=fresh and not self._running)
+                fresh = False
                 if batch is None:
                     return
                 # NOTE: one request, not a merged batch: merging means load, where the cores pay more shared out.
@@ -403,9 +406,12 @@ class Batcher:
                     self._running -= 1
                     self._cond.notify_all()
 
-    def _next_batch(self) -> list[Pending] | None:
-        """Block until a batch is due (caller holds the lock); None when closed and empty."""
-        was_idle = False
+    def _next_batch(self, idle: bool = False) -> list[Pending] | None:
+        """Block until a batch is due (caller holds the lock); None when closed and empty.
+
+        `idle`: the queue's oldest request came while nothing ran (as when this executor waited on an empty queue).
+        """
+        was_idle = idle
         while True:
             now = self._clock()
             self._expire_overdue(now)
