@@ -16,17 +16,15 @@ at the batch formed, and the event loops cost 0.6 ms per request (docs/benchmark
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.loadgen import drive
 from bench.measure import CLK_TCK, WORKLOADS, request_body, sample_inputs
-from bench.peers import registry_models, start_flightdeck, wait_all_workers
+from bench.peers import learned, registry_models, start_flightdeck, wait_all_workers
 from serving.engine import read_manifest
 from serving.tensors import ModelSpec
 
@@ -103,14 +101,6 @@ def report(before: dict, after: dict, wall_s: float, requests: int, master: int)
         for name, cpu in sorted(totals.items(), key=lambda item: -item[1])
     ))  # fmt: skip
     return lines
-
-
-def learned(port: int, model: str) -> dict[str, str]:
-    """What the load measured, as `/v2/models/{model}/config` shows it: batch limits, lone-request session."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/{model}/config", timeout=10) as response:
-        parameters = json.load(response).get("parameters", {})
-    wanted = ("batch_limits", "lone_request_threads", "lone_request_ms")
-    return {k: parameters[k]["string_value"] for k in wanted if k in parameters}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -6,10 +6,13 @@ the two workers of one server (textcls seq 16: 1, 4 or 32; seq 32: 2 or 8), so `
 answered differently by the worker that served it and the two workers batched differently; in a soak,
 one worker kept a lone-request session and the other did not. Now the first worker to measure a version
 writes what it measured into a folder of the node (`FLIGHTDECK_HOME/measured/`), and the others read it.
-A worker measures a key only while it holds that key's lock file (`<key>.lock`, flock(2), released
-even by a worker killed mid-measure), so the others wait for its record instead of timing beside it:
-the node's claim on its cores (serving.cores) gives up waiting after a few seconds, and a cost curve
-may take longer than that.
+The workers of a node load one version at a time: each holds the node's load lock (`.loading.lock`,
+flock(2), released even by a worker killed mid-load) while it builds the session, warms it up and
+measures or reads its record. So a second worker waits for the first one's record instead of timing
+beside it (the node's claim on its cores, serving.cores, gives up waiting after 2 s, and a cost curve
+may take 3), and no worker's session building or warm-up, which take no claim, runs on a core beside
+another's timings: at one start that made textcls's lone session look no faster (5.74 ms against
+5.70 on one thread, where it takes 3.0-3.4), and with the decision shared, the whole node lost it.
 
 A record is keyed by the model file (its path, size, modification time and inode), its manifest and
 every setting that shapes the timings. The control plane wipes the folder when the server starts:
@@ -31,6 +34,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+LOAD_LOCK = ".loading.lock"
+
 
 class Measurements:
     """Records of what loads measured, one JSON file per key in `folder`."""
@@ -50,16 +55,13 @@ class Measurements:
         return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
     @contextmanager
-    def measuring(self, key: str | None) -> Iterator[None]:
-        """Hold `key`'s lock while this worker reads, or measures and writes, its record (None: no lock)."""
-        if key is None:
-            yield
-            return
+    def loading(self) -> Iterator[None]:
+        """Hold the node's load lock while this worker builds, warms up and measures a version."""
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.folder / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError as exc:  # NOTE: then workers may measure side by side, as they did before sharing
-            log.warning("could not lock the measurements of %s: %s", key, exc)
+            fd = os.open(self.folder / LOAD_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:  # NOTE: then workers load (and may measure) side by side, as they did before
+            log.warning("could not take the node's load lock in %s: %s", self.folder, exc)
             yield
             return
         try:

@@ -20,7 +20,7 @@ from serving import engine as engine_module
 from serving.batchcost import CostCurve
 from serving.cores import CoreClaim
 from serving.engine import Engine
-from serving.measured import Measurements
+from serving.measured import LOAD_LOCK, Measurements
 from serving.modelconfig import triton_config
 from serving.settings import BatchingSettings, RuntimeSettings
 from tests.servers import wait_until
@@ -140,7 +140,12 @@ def test_the_lone_request_decision_is_the_nodes(monkeypatch: pytest.MonkeyPatch,
         third.drain(5)
 
 
-def test_a_worker_waits_for_the_one_measuring_instead_of_timing_beside_it(textcls: Path, tmp_path: Path) -> None:
+def test_a_worker_waits_for_the_one_loading_instead_of_timing_beside_it(
+    monkeypatch: pytest.MonkeyPatch, textcls: Path, tmp_path: Path
+) -> None:
+    built: list[Path] = []
+    load_session = engine_module.load_session
+    monkeypatch.setattr(engine_module, "load_session", lambda m, r: built.append(m) or load_session(m, r))
     first = worker(tmp_path)
     try:
         curve = first.load(textcls).config.cost_curve
@@ -150,15 +155,18 @@ def test_a_worker_waits_for_the_one_measuring_instead_of_timing_beside_it(textcl
     (path,) = (tmp_path / "measured").glob("*.json")
     record = json.loads(path.read_text())
     path.unlink()  # as if the first worker were still measuring: nothing written yet
-    lock = os.open(path.with_suffix(".lock"), os.O_RDWR)
-    fcntl.flock(lock, fcntl.LOCK_EX)  # ... and holding the key's lock, as it does while it measures
+    lock_file = tmp_path / "measured" / LOAD_LOCK
+    lock = os.open(lock_file, os.O_RDWR)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # ... and holding the node's load lock, as it does while it loads
     second = worker(tmp_path)
+    del built[:]
     loaded: list = []
     held = True
     thread = threading.Thread(target=lambda: loaded.append(second.load(textcls)))
     try:
         thread.start()
-        wait_until(lambda: blocked_on(path.with_suffix(".lock")), 30, "the second load to wait on the key's lock")
+        wait_until(lambda: blocked_on(lock_file), 30, "the second load to wait on the node's load lock")
+        assert built == []  # not even its session built: building and warm-up would take a core from the timings
         slower = CostCurve(
             {b: tuple((n, 10 * s) for n, s in points) for b, points in curve.points.items()},
             curve.limits, curve.margin, curve.seconds,
