@@ -214,12 +214,12 @@ def wait_all_workers(peer: Peer, home: Path, timeout_s: float = 180) -> int:
         time.sleep(0.2)
 
 
-def learned(port: int, model: str) -> dict[str, str]:
-    """What the load measured, as `/v2/models/{model}/config` shows it: batch limits, lone-request session."""
+def learned(port: int, model: str) -> str:
+    """One line of what the load measured, from `/v2/models/{model}/config`: batch limits, lone-request session."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/{model}/config", timeout=10) as response:
         parameters = json.load(response).get("parameters", {})
     wanted = ("batch_limits", "lone_request_threads", "lone_request_ms")
-    return {k: parameters[k]["string_value"] for k in wanted if k in parameters}
+    return f"{model} as loaded: " + ", ".join(f"{k} {parameters[k]['string_value']}" for k in wanted if k in parameters)
 
 
 def start_naive(models: dict[str, Path], workers: int, threads: int, log: Path) -> Peer:
@@ -480,8 +480,7 @@ def run(args: argparse.Namespace) -> tuple[list[Cell], dict[str, Ceiling]]:
                       + ", ".join(f"{k} {v:.2f}" for k, v in idle.items()), flush=True)  # fmt: skip
             folders = registry_models(Path(tmp) / "home", {WORKLOADS[w][0] for w in workloads})
             for model in sorted(folders):  # NOTE: what this start learned; it varies between starts (flat curves)
-                print(f"Flightdeck's {model} as loaded: "
-                      + ", ".join(f"{k} {v}" for k, v in learned(peers[0].port, model).items()), flush=True)  # fmt: skip
+                print(f"Flightdeck's {learned(peers[0].port, model)}", flush=True)
             models = {name: folder / "model.onnx" for name, folder in folders.items()}
             if args.raw_seconds:  # NOTE: with Flightdeck up and idle, before the peers start: the cores are free
                 for workload in workloads:

@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             server.stop()
     ok = window.statuses.get(200, 0)
-    print(f"{model} as loaded: " + ", ".join(f"{k} {v}" for k, v in shown.items()))
+    print(shown)
     (t0, before), (t1, after) = seen[0], seen[-1]
     print(f"{args.workload} c={args.concurrency}, {workers} worker(s), settings {overrides or 'as make run'}: "
           f"{ok / window.seconds:.0f} req/s, statuses {dict(window.statuses)}")  # fmt: skip

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -31,7 +30,7 @@ from a2wsgi import WSGIMiddleware
 from flask import Flask
 
 from controlplane import context
-from controlplane.httpprotocol import TIMED_OUT
+from controlplane.httpprotocol import INFER_PATH, TIMED_OUT
 from controlplane.inference import Answer, Call, run_on_loop, too_many_values
 from controlplane.requestid import request_id_from
 from serving.codec import HEADER_LENGTH
@@ -47,7 +46,6 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 # Flask's rules for the view, `<name>` and `<version>` being Werkzeug's default converter ([^/]+).
-_INFER = re.compile(r"/v2/models/([^/]+)/(?:versions/([^/]+)/)?infer")
 _INTERNAL_ERROR = json.dumps({"error": "internal server error"}).encode()
 _PROBES = {"/v2/health/live", "/v2/health/ready"}
 DECODE_THREADS = 2  # NOTE: big bodies decode two at a time; more would only share the same cores and the GIL
@@ -118,7 +116,7 @@ class Front:
         path = scope["path"]
         if not path.isascii():
             return None
-        match = _INFER.fullmatch(path)
+        match = INFER_PATH.fullmatch(path)
         if match is None or self.services.settings.inference_auth:
             return None
         return match[1], match[2]

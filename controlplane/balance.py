@@ -10,8 +10,9 @@ textcls (seq 32): at concurrency 2, 487-579 req/s with both connections on one w
 Each worker publishes how many connections it holds (8 bytes in a file of its own, mapped in
 memory, in `FLIGHTDECK_HOME/connections/`) and reads the others'. A worker that holds two or more
 connections more than the least loaded worker answers the inference request it is reading with
-`Connection: close` (never a control call: a client's load-then-ready sequence keeps its worker) (at most one every MOVE_EVERY_S), and the client's reconnection goes to
-whichever worker accepts first: the least busy, most often. Clients lose nothing: HTTP/1.1 clients
+`Connection: close`, at most one every MOVE_EVERY_S (never a control call: a client's load-then-ready
+sequence keeps its worker), and the client's reconnection goes to whichever worker accepts first:
+the least busy, most often. Clients lose nothing: HTTP/1.1 clients
 reconnect on `Connection: close`, and the answer is whole. (Triton and nginx leave this to the
 kernel's `SO_REUSEPORT` hash, which spreads many connections evenly but two or three no better than
 chance.)

@@ -39,6 +39,7 @@ its answer, not a reset on its send.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,9 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from controlplane.balance import ConnectionShare
+
+# The Open Inference Protocol's inference route: (model, version or None).
+INFER_PATH = re.compile(r"/v2/models/([^/]+)/(?:versions/([^/]+)/)?infer")
 
 # NOTE: nginx allows 4 x 8 KiB of headers, Node 16 KiB; gunicorn 100 fields of 8 KiB each.
 MAX_HEAD_BYTES = 64 * 1024
@@ -257,7 +261,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             and self.cycle.keep_alive
             and len(self._cycles) == 1
             and self.scope["method"] == "POST"
-            and self.scope["path"].endswith("/infer")
+            and INFER_PATH.fullmatch(self.scope["path"]) is not None
         ):
             if share.should_move(len(self.connections)):  # answered whole, then closed: the client reconnects
                 self.cycle.keep_alive = False

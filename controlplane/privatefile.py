@@ -1,4 +1,7 @@
-"""Files only this OS user may read, written so that no process ever sees one half-written."""
+"""Files only this OS user may read, written so that no process ever sees one half-written.
+
+Replacing one whole: serving.files.replace_file (mode 0600 too).
+"""
 
 from __future__ import annotations
 
@@ -44,17 +47,3 @@ def _create_exclusive(path: Path, content: bytes) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def replace_private(path: Path, content: bytes) -> None:
-    """Replace `path` atomically with `content` (mode 0600): a reader sees the old file or the new one."""
-    fd, scratch = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(content)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(scratch, path)
-    except BaseException:
-        os.unlink(scratch)  # NOTE: no scratch file (a copy of the secret) left behind by a failed write
-        raise

@@ -569,8 +569,7 @@ class Batcher:
         if self._cores is None:
             isolated = run_isolated(self._run, self._spec, parts)
         else:
-            with self._cores.hold(every=alone and self._run_alone is not None) as every:
-                lone = every and self._run_alone is not None
+            with self._cores.hold(every=alone and self._run_alone is not None) as lone:
                 isolated = run_isolated(self._run_alone if lone else self._run, self._spec, parts)
         results: dict[Pending, dict[str, np.ndarray] | ServingError] = {}
         for i, pending in enumerate(batch):

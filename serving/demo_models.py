@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import pathlib
-import tempfile
 from typing import Any
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from serving.files import replace_file
 
 DEMO_MODELS: tuple[str, ...] = ("textcls", "mlp")
 DEMO_VERSIONS: tuple[str, ...] = ("1", "2")
@@ -299,20 +299,6 @@ def _signature(name: str, version: str) -> dict:
     raise ValueError(f"unknown demo model {name!r}; expected one of {DEMO_MODELS}")
 
 
-def _atomic_write(path: pathlib.Path, data: bytes) -> None:
-    # Temp file in the same folder so os.replace is an atomic rename on one filesystem.
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        pathlib.Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_demo_models(store_dir: pathlib.Path) -> list[pathlib.Path]:
     """Write every demo model version under store_dir, skipping complete ones."""
     store_dir = pathlib.Path(store_dir)
@@ -328,7 +314,7 @@ def write_demo_models(store_dir: pathlib.Path) -> list[pathlib.Path]:
             onnx.checker.check_model(model)
             vdir.mkdir(parents=True, exist_ok=True)
             # Model first, manifest last: a manifest only appears next to a complete model.
-            _atomic_write(model_path, model.SerializeToString())
+            replace_file(model_path, model.SerializeToString())
             manifest = json.dumps(demo_manifest(name, version, model), indent=2, sort_keys=True)
-            _atomic_write(manifest_path, manifest.encode())
+            replace_file(manifest_path, manifest.encode())
     return version_dirs

@@ -238,10 +238,16 @@ class Engine:
             warmup_s = time.perf_counter() - started
             sample = min(ran, key=lambda t: sum(a.size for a in t.values()), default=None)
             key = self._measurement_key(version_dir, session, threads, instances, config.max_batch_size)
+            # What another worker of the node measured for this load (serving.measured); what this one measures
+            # is added to it, and written back for the next.
+            record = self._measured.get(key) if key is not None and self._measured is not None else {}
+            found = dict(record)
             if b.learn_batch_limits and config.combine and config.max_batch_size > 1:
-                curve = self._shared_cost(key, spec, session, ran, config.max_batch_size)
+                curve = self._shared_cost(record, spec, session, ran, config.max_batch_size)
                 config = effective_config(spec, b, instances, curve)
-            alone, lone_timing = self._lone_request_session(spec, version_dir / "model.onnx", session, ran, key)
+            alone, lone_timing = self._lone_request_session(spec, version_dir / "model.onnx", session, ran, record)
+            if key is not None and self._measured is not None and record != found:
+                self._measured.put(key, record)
         if lone_timing is not None:
             threads = 0 if alone is None else alone.session.get_session_options().intra_op_num_threads
             config = replace(config, lone_request_threads=threads, lone_request_ms=lone_timing)
@@ -303,35 +309,32 @@ class Engine:
             return None
 
     def _shared_cost(
-        self, key: str | None, spec: ModelSpec, session: Session, ran: list[dict[str, np.ndarray]], max_batch: int
+        self, record: dict, spec: ModelSpec, session: Session, ran: list[dict[str, np.ndarray]], max_batch: int
     ) -> CostCurve | None:
-        """The cost curve another worker of the node measured for this load, else this one's, shared."""
-        if key is not None and self._measured is not None:
-            record = self._measured.get(key)
-            if "curve" in record:
-                try:
-                    curve = None if record["curve"] is None else CostCurve.from_json(record["curve"])
-                except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                    log.warning("%s %s: ignored a shared cost curve: %s", spec.name, spec.version, exc)
-                else:
-                    log.info("%s %s: batch limits %s from the node's measurement", spec.name, spec.version,
-                             None if curve is None else curve.limits_under(max_batch))  # fmt: skip
-                    return curve
+        """The cost curve in the node's `record` of this load, else this one's, added to `record`."""
+        if "curve" in record:
+            try:
+                curve = None if record["curve"] is None else CostCurve.from_json(record["curve"])
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                log.warning("%s %s: ignored a shared cost curve: %s", spec.name, spec.version, exc)
+            else:
+                log.info("%s %s: batch limits %s from the node's measurement", spec.name, spec.version,
+                         None if curve is None else curve.limits_under(max_batch))  # fmt: skip
+                return curve
         # NOTE: with the node's cores to itself where it can: another worker's load timing its lone session
         # (every core, spinning) beside this one moved the limits chosen (textcls seq 32: 2 or 8).
         with self._core_claim().every():
             curve = self._measure_cost(spec, session, ran, max_batch)
-        if key is not None and self._measured is not None:
-            self._measured.put(key, "curve", None if curve is None else curve.to_json())
+        record["curve"] = None if curve is None else curve.to_json()
         return curve
 
     def _lone_request_session(
-        self, spec: ModelSpec, model: Path, shared: Session, ran: list[dict[str, np.ndarray]], key: str | None = None
+        self, spec: ModelSpec, model: Path, shared: Session, ran: list[dict[str, np.ndarray]], record: dict
     ) -> tuple[Session | None, dict[str, float] | None]:
         """Return a session with every core for lone requests where it runs one faster than `shared`, and the timing.
 
-        Where another worker of the node timed this load already (`key`, serving.measured), its decision stands:
-        no second session where it kept none, and no timing where it kept one.
+        Where another worker of the node timed this load already (its `record`, serving.measured), its decision
+        stands: no second session where it kept none, and no timing where it kept one. A new timing is added to it.
         """
         cores = os.cpu_count() or 1
         threads = shared.session.get_session_options().intra_op_num_threads
@@ -352,7 +355,7 @@ class Engine:
         # Spinning within a run, not after it: without it two threads' hand-offs ate the gain (textcls seq 128:
         # 5.5 ms against 5.3 on one thread; 3.2 ms spinning; docs/benchmarks.md).
         every_core = replace(self.runtime, intra_op_threads=cores, allow_spinning=True, force_spinning_stop=True)
-        known = self._shared_lone(key)
+        known = _recorded_lone(record)
         if known is not None and not known[1]:
             return None, known[0]  # NOTE: the node timed it and kept none: no second copy of the weights to load
         try:
@@ -369,24 +372,13 @@ class Engine:
             return (session if known[1] else None), known[0]
         timing = {"shared": round(shared_s * 1e3, 6), "alone": round(alone_s * 1e3, 6)}
         kept = alone_s <= shared_s * (1 - LONE_MIN_GAIN)
-        if key is not None and self._measured is not None:
-            self._measured.put(key, "lone", {**timing, "kept": kept})
+        record["lone"] = {**timing, "kept": kept}
         log.info(
             "%s %s: %s: %.3f ms on %d threads against %.3f ms on %d",
             spec.name, spec.version, "lone requests on every core" if kept else "no lone-request session",
             alone_s * 1e3, cores, shared_s * 1e3, threads,
         )  # fmt: skip
         return (session if kept else None), timing
-
-    def _shared_lone(self, key: str | None) -> tuple[dict[str, float], bool] | None:
-        """The lone-request timing and decision another worker of the node recorded for this load; None: none."""
-        if key is None or self._measured is None:
-            return None
-        lone = self._measured.get(key).get("lone")
-        try:
-            return {"shared": float(lone["shared"]), "alone": float(lone["alone"])}, bool(lone["kept"])
-        except (KeyError, TypeError, ValueError, AttributeError):
-            return None
 
     def _core_claim(self) -> CoreClaim:
         with self._lock:
@@ -869,3 +861,12 @@ def _batch_of(spec: ModelSpec, tensors: dict[str, np.ndarray]) -> int:
         return spec.check_inputs(tensors)[0]
     except ServingError:
         return 0
+
+
+def _recorded_lone(record: dict) -> tuple[dict[str, float], bool] | None:
+    """The lone-request timing and decision in a node's record of a load (serving.measured); None: none."""
+    lone = record.get("lone")
+    try:
+        return {"shared": float(lone["shared"]), "alone": float(lone["alone"])}, bool(lone["kept"])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None

@@ -26,11 +26,12 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from serving.files import replace_file
 
 log = logging.getLogger(__name__)
 
@@ -82,19 +83,10 @@ class Measurements:
             return {}
         return record if isinstance(record, dict) else {}
 
-    def put(self, key: str, part: str, value: Any) -> None:
-        """Add `part` to the record of `key`: written whole to a temporary file, then renamed over it."""
-        record = self.get(key)
-        record[part] = value
+    def put(self, key: str, record: dict[str, Any]) -> None:
+        """Write the record of `key` whole (serving.files: a reader sees the old record or the new one)."""
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{key}-", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w") as f:
-                    json.dump(record, f)
-                os.replace(tmp, self.folder / f"{key}.json")
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            replace_file(self.folder / f"{key}.json", json.dumps(record).encode())
         except OSError as exc:  # NOTE: sharing is an economy: this worker's own figures serve it either way
             log.warning("could not share the measurements of %s: %s", key, exc)

@@ -26,7 +26,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.config import PREFIX, Settings, parse_fernet_keys
 from controlplane.models import Receiver
-from controlplane.privatefile import create_once, replace_private
+from controlplane.privatefile import create_once
+from serving.files import replace_file
 
 KEY_FILE = "secret.key"
 SEALED = "sealed"  # the one field of a stored, encrypted receiver configuration
@@ -38,7 +39,7 @@ class SecretKeyError(ValueError):
 
 def _write_private(path: Path, keys: list[bytes]) -> None:
     """Replace `path` with these keys atomically: a reader sees the old file or the new one, never a part."""
-    replace_private(path, b"".join(k + b"\n" for k in keys))
+    replace_file(path, b"".join(k + b"\n" for k in keys))
 
 
 def _create(path: Path) -> None:

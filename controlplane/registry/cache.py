@@ -29,11 +29,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from controlplane.privatefile import replace_private
 from controlplane.registry.archive import ARCHIVE_FILE, ArchiveLimits, extract_archive
 from controlplane.registry.checks import MANIFEST_FILE, MODEL_FILE
 from controlplane.registry.errors import StorageUnavailable
 from controlplane.registry.storage import remove_tree
+from serving.files import replace_file
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +179,7 @@ class VersionCache:
         index = {"archive_sha256": digest, "files": file_index(folder)}
         os.rename(folder, self.entry(digest))
         # NOTE: synced and renamed into place: a crash never leaves a partial index that says "whole".
-        replace_private(self._index_path(digest), json.dumps(index, indent=1, sort_keys=True).encode())
+        replace_file(self._index_path(digest), json.dumps(index, indent=1, sort_keys=True).encode())
 
     def _empty(self, digest: str) -> None:
         self._index_path(digest).unlink(missing_ok=True)

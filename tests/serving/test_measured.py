@@ -183,10 +183,10 @@ def test_a_worker_waits_for_the_one_loading_instead_of_timing_beside_it(
         second.drain(5)
 
 
-def test_records_merge_their_parts_and_a_missing_folder_is_made(tmp_path: Path) -> None:
+def test_a_record_is_written_whole_and_a_missing_folder_is_made(tmp_path: Path) -> None:
     store = Measurements(tmp_path / "node" / "measured")
     assert store.get("k") == {}
-    store.put("k", "curve", None)
-    store.put("k", "lone", {"kept": True})
+    store.put("k", {"curve": None})
+    store.put("k", {"curve": None, "lone": {"kept": True}})
     assert store.get("k") == {"curve": None, "lone": {"kept": True}}
     assert [p.name for p in (tmp_path / "node" / "measured").iterdir()] == ["k.json"]  # no temporary left
