@@ -155,7 +155,8 @@ def test_the_goals_block_judges_each_of_issue_26s_goals_and_says_what_it_lacks(c
         Cell("mlp", 32, "flightdeck", 9000.0, 3.0, 6.0, 90.0, 1.0, 0, 0.1),
         Cell("mlp", 32, "mlserver", 3000.0, 9.0, 19.0, 900.0, 1.0, 0, 0.1),
     ]
-    ceiling = Ceiling("textcls128", {(Layout(2, 1), 1): 380.0, (Layout(2, 1), 8): 460.0, (Layout(1, 2), 8): 300.0})
+    rates = {(Layout(2, 1), 1): 380.0, (Layout(2, 1), 8): 470.0, (Layout(1, 2), 8): 300.0}
+    ceiling = Ceiling("textcls128", rates, confirmed=460.0)  # judged by the second measurement, not the 470
     print_goals(cells, {"textcls128": ceiling})
     verdicts = [line.split(None, 1) for line in capsys.readouterr().out.splitlines()[2:]]
     assert [(v, text.split(":")[0]) for v, text in verdicts] == [
@@ -209,3 +210,17 @@ def test_raw_onnx_runtimes_ceiling_runs_every_layout_and_batch_in_real_processes
     assert all(rate > 0 for rate in result.rates.values())
     layout, batch, rate = result.best
     assert rate == max(result.rates.values()) == result.rates[(layout, batch)]
+    assert result.confirmed is None and result.reference == result.best  # not measured again unless asked
+
+
+def test_the_ceiling_is_the_best_cell_measured_again_on_its_own(demo_store, capsys) -> None:
+    from bench.rawort import ceiling, print_ceiling
+    from serving.engine import read_manifest
+
+    folder = demo_store / "mlp" / "1"
+    result = ceiling("mlp", folder / "model.onnx", read_manifest(folder), 1, 0.05, (1, 4), cores=2, confirm_s=0.1)
+    layout, batch, _ = result.best
+    assert result.confirmed is not None and result.confirmed > 0
+    assert result.reference == (layout, batch, result.confirmed)
+    print_ceiling(result)
+    assert f"measured again on its own: {result.confirmed:.0f} (the reference)" in capsys.readouterr().out
