@@ -159,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
         model.write_bytes(built.SerializeToString())
         batches = tuple(int(b) for b in args.batches.split(",") if b)
         manifest = demo_manifest(name, "1", built)
-        print_ceiling(ceiling(args.workload, model, manifest, seq_len, args.seconds, batches, None, args.confirm_seconds))
+        print_ceiling(
+            ceiling(args.workload, model, manifest, seq_len, args.seconds, batches, None, args.confirm_seconds)
+        )
     return 0
 
 
