@@ -159,6 +159,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._send_timer: asyncio.TimerHandle | None = None
         self._send_buffered = 0  # the transport's buffer when the send deadline was last set
         self._cycles: list[Any] = []  # this connection's requests not yet answered in full (pipelined ones too)
+        self._moving = False  # told to reconnect elsewhere (controlplane.balance): closes after this answer
 
     # -- connection events
 
@@ -187,6 +188,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._cycles = []
         super().connection_lost(exc)
         if self.limits.share is not None:
+            if self._moving:
+                self.limits.share.left()
             self.limits.share.publish(len(self.connections))
 
     def pause_writing(self) -> None:
@@ -264,6 +267,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             and INFER_PATH.fullmatch(self.scope["path"]) is not None
         ):
             if share.should_move(len(self.connections)):  # answered whole, then closed: the client reconnects
+                self._moving = True
                 self.cycle.keep_alive = False
                 self.limits.on_close(REBALANCED)
 

@@ -52,6 +52,27 @@ def test_a_worker_two_connections_over_the_least_loaded_moves_one_at_a_time(tmp_
         other.close()
 
 
+def test_a_connection_told_to_move_no_longer_counts_so_one_surplus_moves_one(tmp_path: Path) -> None:
+    clock = Clock()
+    mine, other = ConnectionShare(tmp_path, 1, clock), ConnectionShare(tmp_path, 2, clock)
+    try:
+        other.publish(15)
+        mine.publish(17)
+        assert mine.should_move(17)  # 17 against 15
+        assert counts(tmp_path) == [15, 16]  # the one told to move is published as gone
+        clock.now += MOVE_EVERY_S
+        # NOTE: still open (its answer is a batch away): counted, it would send a second one away, then a third...
+        assert not mine.should_move(17)
+        mine.left()  # it closed...
+        mine.publish(16)
+        assert counts(tmp_path) == [15, 16]
+        mine.publish(17)  # ... and its client reconnected here: one surplus again
+        assert mine.should_move(17)
+    finally:
+        mine.close()
+        other.close()
+
+
 def test_counts_of_workers_that_came_or_went_are_seen_at_the_next_listing(tmp_path: Path) -> None:
     clock = Clock()
     mine = ConnectionShare(tmp_path, 1, clock)
