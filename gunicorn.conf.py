@@ -6,6 +6,7 @@ batcher; the console and the API run in a thread pool. Each worker embeds its ow
 stops admitting at once and drains it before the worker exits.
 """
 
+import gc
 import logging.config
 import os
 import shutil
@@ -103,10 +104,21 @@ def when_ready(server):
 
 
 def post_worker_init(worker):
-    """Say the worker is up and what it serves. (SIGTERM's drain: controlplane.worker.DrainingServer.)"""
+    """Freeze the worker's start-up heap, then say what it serves. (SIGTERM's drain: controlplane.worker.DrainingServer.)
+
+    NOTE: the modules, the app and the loaded versions never become garbage, yet a full collection scanned
+    them all. Under load the first one came a few seconds in, in each worker: 100-110 ms holding the GIL,
+    in which every request the worker held waited (textcls seq 128 at c=32: all 32 in flight, p99 220 ms
+    against 148 in the next window). Frozen, a full collection scans only what came after.
+    """
+    gc.collect()  # NOTE: garbage left by start-up first, or it would be kept for ever
+    gc.freeze()
     engine = worker.wsgi.services.engine
     served = ", ".join(f"{v.spec.name} {v.spec.version} ({v.slot})" for v in engine.loaded()) or "nothing deployed"
-    worker.log.info("worker %s %s: %s", worker.pid, "ready" if engine.ready() else "started, not ready", served)
+    state = "ready" if engine.ready() else "started, not ready"
+    worker.log.info(
+        "worker %s %s: %s; start-up heap frozen (%d objects)", worker.pid, state, served, gc.get_freeze_count()
+    )
 
 
 def worker_exit(server, worker):

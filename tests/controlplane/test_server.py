@@ -135,6 +135,14 @@ def test_the_workers_of_a_node_batch_by_one_measurement_of_each_version(home: Pa
         log = server.output()
         assert log.count("textcls 1: batch limits") == 2, log[-3000:]
         assert log.count("from its cost curve") == 1 and log.count("from the node's measurement") == 1
+
+        # each worker's start-up heap is out of the collector's reach: a full collection of it held a loop 100 ms
+        def frozen() -> list[int] | None:
+            counts = [int(n) for n in re.findall(r"start-up heap frozen \((\d+) objects\)", server.output())]
+            return counts if len(counts) == 2 else None
+
+        counts = wait_until(frozen, 30, "both workers to say they are up")
+        assert min(counts) > 50_000, counts
         assert not stale.exists() and len(list((home / "measured").glob("*.json"))) == 1
     finally:
         assert server.stop() == 0
