@@ -20,8 +20,9 @@ change is judged by its ratio to its own baseline under the same load.
 
 With Flightdeck up and idle and before the peers start, it measures each workload's ceiling: plain
 ONNX Runtime with no HTTP at every batch size, one single-threaded process per core and one process
-with every core (bench.rawort; `--raw-seconds 0` skips it), then its best cell again over the cell
-window, the reference (the best of many short cells reads high). At the end it prints Flightdeck ÷ that
+with every core (bench.rawort; `--raw-seconds 0` skips it). Its best cell is measured again over the
+cell window right after Flightdeck's cell at the top concurrency, the reference (the best of many
+short cells reads high, and the machine's speed drifts). At the end it prints Flightdeck ÷ that
 reference and issue 26's goals, PASS or FAIL each (a dash where the run lacks the peer).
 
 Before any load it waits for every Flightdeck worker to have loaded its models (keep-alive
@@ -73,7 +74,7 @@ from bench.measure import (
 )
 from bench.peerservers import mlserver_peer
 from bench.process import ROOT, ServerProcess, free_port
-from bench.rawort import Ceiling, ceiling, print_ceiling
+from bench.rawort import Ceiling, ceiling, confirm, print_ceiling
 from serving.engine import read_manifest
 from serving.runtime import requested_providers
 from serving.settings import BatchingSettings, RuntimeSettings, parallelism
@@ -487,9 +488,7 @@ def run(args: argparse.Namespace) -> tuple[list[Cell], dict[str, Ceiling]]:
                 for workload in workloads:
                     model, seq_len = WORKLOADS[workload]
                     manifest = read_manifest(folders[model])
-                    ceilings[workload] = ceiling(
-                        workload, models[model], manifest, seq_len, args.raw_seconds, confirm_s=args.seconds
-                    )
+                    ceilings[workload] = ceiling(workload, models[model], manifest, seq_len, args.raw_seconds)
                     print_ceiling(ceilings[workload])
             if not args.no_naive:
                 peers.append(start_naive(models, args.naive_workers, args.naive_threads, Path(tmp) / "naive.log"))
@@ -512,6 +511,12 @@ def run(args: argparse.Namespace) -> tuple[list[Cell], dict[str, Ceiling]]:
                             peer, workload, model, bodies, concurrency, args.warmup, args.seconds, args.client, protocol
                         )
                     )
+                    if workload in ceilings and concurrency == max(concurrencies) and cells[-1].server == "flightdeck":
+                        # NOTE: the reference in the same minute as the cell it judges (the peers idle meanwhile)
+                        rate = confirm(
+                            ceilings[workload], models[model], read_manifest(folders[model]), seq_len, args.seconds
+                        )
+                        print(f"raw ONNX Runtime, {workload}, its best cell again: {rate:.0f} samples/s", flush=True)
         finally:
             for peer in peers:
                 peer.stop()

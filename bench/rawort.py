@@ -7,10 +7,12 @@ one per core, and one process with every core, spinning) and each batch size, ev
 `session.run` in a loop over the same window, started together at a barrier, and the samples they
 finished are added up. The table of all of them says where batching stops paying.
 
-The ceiling is the best cell measured again, on its own, over a window as long as the server's. The
-best of a dozen short, noisy cells reads high (on this 2-core VM one layout gave 352 and 394 samples/s
-in two windows a minute apart), and a server measured once would be judged against the luckiest of
-them; picking on one measurement and reporting another removes that bias.
+The ceiling is the best cell measured again, on its own, over a window as long as the server's
+(`confirm`; bench.peers takes it right after the server's cell it judges, as this VM's speed drifts by
+a fifth within minutes). The best of a dozen short, noisy cells reads high (one layout gave 352 and 394
+samples/s in two windows a minute apart; textcls seq 32's best, 1732, measured 1328 again), and a server
+measured once would be judged against the luckiest of them; picking on one measurement and reporting
+another removes that bias.
 
     python -m bench.rawort --workload textcls128 [--seconds 1.5] [--batches 1,2,4,8,16,32]
 """
@@ -123,9 +125,15 @@ def ceiling(
         for batch, rate in measure_layout(model, manifest, seq_len, layout, batches, seconds).items():
             result.rates[(layout, batch)] = rate
     if confirm_s > 0:
-        layout, batch, _ = result.best
-        result.confirmed = measure_layout(model, manifest, seq_len, layout, (batch,), confirm_s)[batch]
+        confirm(result, model, manifest, seq_len, confirm_s)
     return result
+
+
+def confirm(c: Ceiling, model: Path, manifest: dict, seq_len: int, seconds: float) -> float:
+    """Measure the best cell again on its own over `seconds`; keep it as `c.confirmed` and return it."""
+    layout, batch, _ = c.best
+    c.confirmed = measure_layout(model, manifest, seq_len, layout, (batch,), seconds)[batch]
+    return c.confirmed
 
 
 def print_ceiling(c: Ceiling) -> None:
