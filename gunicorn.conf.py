@@ -104,7 +104,7 @@ def when_ready(server):
 
 
 def post_worker_init(worker):
-    """Freeze the worker's start-up heap, then say what it serves. (SIGTERM's drain: controlplane.worker.DrainingServer.)
+    """Freeze the worker's start-up heap, then say what it serves. (SIGTERM: controlplane.worker.DrainingServer.)
 
     NOTE: the modules, the app and the loaded versions never become garbage, yet a full collection scanned
     them all. Under load the first one came a few seconds in, in each worker: 100-110 ms holding the GIL,
