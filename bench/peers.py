@@ -500,7 +500,8 @@ def run(args: argparse.Namespace) -> tuple[list[Cell], dict[str, Ceiling]]:
                 print(f"MLServer: {workers} inference worker(s), adaptive batching {adaptive}", flush=True)
             for i, (workload, concurrency) in enumerate((w, c) for w in workloads for c in concurrencies):
                 model, seq_len = WORKLOADS[workload]
-                spec = ModelSpec.from_manifest(read_manifest(folders[model]))
+                manifest = read_manifest(folders[model])
+                spec = ModelSpec.from_manifest(manifest)
                 inputs = sample_inputs(spec, 1, seq_len)
                 binary, header_length = binary_request_body(inputs, spec)
                 bodies = Bodies(request_body(inputs, spec), binary, header_length, grpc_request(inputs, spec, model))
@@ -513,9 +514,7 @@ def run(args: argparse.Namespace) -> tuple[list[Cell], dict[str, Ceiling]]:
                     )
                     if workload in ceilings and concurrency == max(concurrencies) and cells[-1].server == "flightdeck":
                         # NOTE: the reference in the same minute as the cell it judges (the peers idle meanwhile)
-                        rate = confirm(
-                            ceilings[workload], models[model], read_manifest(folders[model]), seq_len, args.seconds
-                        )
+                        rate = confirm(ceilings[workload], models[model], manifest, seq_len, args.seconds)
                         print(f"raw ONNX Runtime, {workload}, its best cell again: {rate:.0f} samples/s", flush=True)
         finally:
             for peer in peers:

@@ -52,7 +52,6 @@ class ConnectionShare:
         self._listed_at = -REFRESH_S
         self._next_move = 0.0
         self._leaving = 0  # connections told to move and not closed yet
-        self._count = 0
 
     @staticmethod
     def _map(path: Path, create: bool) -> mmap.mmap:
@@ -67,7 +66,6 @@ class ConnectionShare:
 
     def publish(self, count: int) -> None:
         """Say how many connections this worker holds now (those told to move not counted)."""
-        self._count = count
         _COUNT.pack_into(self._mine, 0, max(0, count - self._leaving))
 
     def left(self) -> None:
@@ -94,18 +92,18 @@ class ConnectionShare:
 
         `mine` counts every open connection; those already told to move are taken off it.
         """
-        mine -= self._leaving
-        if mine < 2:
+        staying = mine - self._leaving
+        if staying < 2:
             return False
         now = self._clock()
         if now < self._next_move:
             return False
         others = self.others()
-        if not others or mine <= min(others) + 1:
+        if not others or staying <= min(others) + 1:
             return False
         self._next_move = now + MOVE_EVERY_S
         self._leaving += 1
-        self.publish(self._count)
+        self.publish(mine)
         return True
 
     def close(self) -> None:
