@@ -40,7 +40,8 @@ class ModelConfig:
     batch_limits: dict[int, int] = field(default_factory=dict)
     cost_curve: CostCurve | None = None  # what warm-up measured, when it did
     # The lone-request session's intra-op threads (0: none) and the timing at load that decided it, in ms:
-    # {"shared": the heaviest lone warm-up sample on the shared session, "alone": on the lone one}; None: not timed.
+    # {"shared": the heaviest lone warm-up sample on the shared session, "alone": on the lone one, and where known
+    # "others_cores": the cores other processes kept busy meanwhile (serving.nodeload)}; None: not timed.
     lone_request_threads: int = 0
     lone_request_ms: dict[str, float] | None = None
 

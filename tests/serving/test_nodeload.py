@@ -1,0 +1,78 @@
+"""Other processes' use of the node's cores during a block, from the kernel's own counters (serving.nodeload)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from serving.nodeload import CLK_TCK, OthersBusy
+
+pytestmark = pytest.mark.skipif(not Path("/proc/stat").exists(), reason="the kernel's counters are Linux's")
+
+
+def cpu_s(pid: int) -> float:
+    """Return a process's CPU seconds so far, from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+@contextmanager
+def burner() -> Iterator[subprocess.Popen[bytes]]:
+    """Another process that keeps one core busy until the block ends."""
+    process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+
+
+def until_it_burned(process: subprocess.Popen[bytes], seconds: float) -> None:
+    """Return once `process` has used `seconds` more of CPU than when called (a window it surely fell in)."""
+    start = cpu_s(process.pid)
+    while cpu_s(process.pid) - start < seconds:
+        assert process.poll() is None, "the burner exited"
+        time.sleep(0.01)  # NOTE: polling the burner's own counter, the condition waited for
+
+
+def spin(seconds: float) -> None:
+    """Keep this process busy for `seconds` of its own CPU time."""
+    start = time.thread_time()
+    while time.thread_time() - start < seconds:
+        pass
+
+
+def test_another_process_busy_during_the_block_counts() -> None:
+    with burner() as process:
+        until_it_burned(process, 0.05)  # it is running
+        with OthersBusy() as others:
+            until_it_burned(process, 0.3)
+    # One core's worth, less what the machine's own scheduling took from it (two cores here).
+    assert others.cores is not None and others.cores >= 0.6, others.cores
+
+
+def test_this_process_own_work_does_not_count() -> None:
+    with OthersBusy() as others:
+        spin(0.3)
+    # A full core of this process's own work; only other processes count (what else the machine ran is noise).
+    assert others.cores is not None and others.cores < 0.5, others.cores
+
+
+def test_no_figure_without_the_counters_or_for_a_block_too_short(tmp_path: Path) -> None:
+    with OthersBusy(tmp_path / "absent") as missing:
+        spin(0.15)
+    assert missing.cores is None
+    with OthersBusy() as short:
+        pass
+    assert short.cores is None
+    not_stat = tmp_path / "stat"
+    not_stat.write_text("intr 1 2 3\n")
+    with OthersBusy(not_stat) as unreadable:
+        spin(0.15)
+    assert unreadable.cores is None
