@@ -218,7 +218,7 @@ class Settings(BaseSettings):
     batch_limit_from_cost: bool = _setting(
         True,
         "At load, time batch sizes 1, 2, 4, ... up to the max per sequence bucket and merge requests only up to "
-        "the smallest size whose cost per sample is within FLIGHTDECK_BATCH_COST_MARGIN of the best; shown in "
+        "the smallest size whose cost per sample is within FLIGHTDECK_BATCH_COST_MARGIN of the best (at least 2); shown in "
         "/v2/models/{m}/config (false: batches up to the max batch size).",
     )
     batch_cost_margin: float = _setting(
