@@ -4,7 +4,7 @@ A load times its lone-request session (serving.engine) once, and every worker of
 decision for its lifetime. That timing compares a run on every core with a run on one, so another
 process busy on the cores meanwhile makes every core look no faster. Seen here: a server started
 right after another stopped timed textcls at 5.18 ms on 2 threads against 5.70 on 1 (3.0-3.4 on a
-quiet node), kept no lone session, and answered lone requests 40 % slower until it was restarted.
+quiet node), kept no lone session, and ran every lone request on one core until it was restarted.
 `OthersBusy` measures that disturbance, so the load can time again once it has passed.
 """
 

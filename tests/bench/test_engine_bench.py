@@ -141,9 +141,12 @@ def test_the_peer_table_prints_grpc_against_rest_binary_and_mlservers_grpc(capsy
     assert "req/s x3.00" in out.split("flightdeck-grpc ÷ mlserver-grpc")[1]
 
 
-def test_the_goals_block_judges_each_of_issue_26s_goals_and_says_what_it_lacks(capsys) -> None:
+def test_the_goals_block_judges_each_of_issue_26s_goals_and_says_what_it_lacks(capsys, monkeypatch) -> None:
+    from bench import peers
     from bench.peers import Cell, print_goals
     from bench.rawort import Ceiling, Layout
+
+    monkeypatch.setattr(peers.os, "cpu_count", lambda: 2)
 
     cells = [
         Cell("textcls128", 1, "flightdeck", 500.0, 1.95, 3.0, 900.0, 1.0, 0, 0.1),
@@ -168,6 +171,8 @@ def test_the_goals_block_judges_each_of_issue_26s_goals_and_says_what_it_lacks(c
         ("PASS", "mlp c=32"),  # 3 x MLServer; no naive cell, and mlp is not model-bound
     ]
     assert "87% of raw ONNX Runtime's 460 samples/s at batch 8" in verdicts[3][1]
+    # 90 % of 460 samples/s on 2 cores leaves 2 s / 414 = 4831 µs of CPU per request, server and client together
+    assert "server CPU 900 µs/request, where 90% leaves 4831 to server and client on 2 cores" in verdicts[3][1]
     assert "x3.00 MLServer" in verdicts[5][1]
 
 
