@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 STAT = Path("/proc/stat")
@@ -46,18 +47,20 @@ class OthersBusy:
     hypervisor giving this VM's cores to another) counts as another process: it slows a timing alike.
     """
 
-    def __init__(self, stat: Path = STAT) -> None:
-        self._stat = stat
+    def __init__(
+        self, stat: Path = STAT, own_cpu: Callable[[], float] = _own_cpu_s, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._stat, self._own_cpu, self._clock = stat, own_cpu, clock
         self.cores: float | None = None
 
     def __enter__(self) -> OthersBusy:
-        self._busy, self._own, self._started = _busy_ticks(self._stat), _own_cpu_s(), time.monotonic()
+        self._busy, self._own, self._started = _busy_ticks(self._stat), self._own_cpu(), self._clock()
         return self
 
     def __exit__(self, *_: object) -> None:
-        wall = time.monotonic() - self._started
+        wall = self._clock() - self._started
         busy = _busy_ticks(self._stat)
         if busy is None or self._busy is None or wall < MIN_WINDOW_S:
             return
-        others = (busy - self._busy) / CLK_TCK - (_own_cpu_s() - self._own)
+        others = (busy - self._busy) / CLK_TCK - (self._own_cpu() - self._own)
         self.cores = max(0.0, others / wall)
