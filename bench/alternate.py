@@ -17,17 +17,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from bench.loadgen import drive
 from bench.measure import WORKLOADS, percentile_ms, request_body, sample_inputs
-from bench.peers import registry_models, start_flightdeck, wait_all_workers
+from bench.peers import flightdeck_running
 from bench.rollout import call, operator_token
-from serving.engine import read_manifest
-from serving.tensors import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -72,34 +68,25 @@ def run(args: argparse.Namespace) -> list[Window]:
     model, seq_len = WORKLOADS[args.workload]
     env = {"FLIGHTDECK_BATCH_LIMIT_FROM_COST": "false", **dict(item.split("=", 1) for item in args.env)}
     windows: list[Window] = []
-    with tempfile.TemporaryDirectory(prefix="flightdeck-alternate-") as tmp:
-        home = Path(tmp) / "home"
-        server = start_flightdeck(home, env)
-        try:
-            server.wait_ready()
-            processes = wait_all_workers(server, home)
-            token = operator_token(home)
-            spec = ModelSpec.from_manifest(read_manifest(registry_models(home, {model})[model]))
-            body = request_body(sample_inputs(spec, 1, seq_len), spec)
-            path = f"/v2/models/{model}/infer"
-            if args.settle > 0:
-                drive(server.port, path, body, args.concurrency, 1.0, args.settle, lambda: {})
-            for pair in range(args.pairs):
-                for size in sizes if pair % 2 == 0 else sizes[::-1]:  # NOTE: A B, B A: a drift weighs on both
-                    call(server.port, "PUT", "/api/engine/batching", token, {"max_batch_size": size})
-                    applied(server.port, token, processes)
-                    w = drive(server.port, path, body, args.concurrency, 1.0, args.seconds, lambda: {})
-                    ok = w.statuses.get(200, 0)
-                    windows.append(
-                        Window(
-                            pair, size, ok / w.seconds, percentile_ms(w.latencies, 99), sum(w.statuses.values()) - ok
-                        )
-                    )
-                    last = windows[-1]
-                    print(f"pair {pair} max batch {size:>3}: {last.rps:7.0f} req/s  p99 {last.p99_ms:6.1f} ms"
-                          f"  errors {last.errors}", flush=True)  # fmt: skip
-        finally:
-            server.stop()
+    with flightdeck_running(env, "flightdeck-alternate-") as running:
+        port, token = running.server.port, operator_token(running.home)
+        spec = running.spec(model)
+        body = request_body(sample_inputs(spec, 1, seq_len), spec)
+        path = f"/v2/models/{model}/infer"
+        if args.settle > 0:
+            drive(port, path, body, args.concurrency, 1.0, args.settle, lambda: {})
+        for pair in range(args.pairs):
+            for size in sizes if pair % 2 == 0 else sizes[::-1]:  # NOTE: A B, B A: a drift weighs on both
+                call(port, "PUT", "/api/engine/batching", token, {"max_batch_size": size})
+                applied(port, token, running.workers)
+                w = drive(port, path, body, args.concurrency, 1.0, args.seconds, lambda: {})
+                ok = w.statuses.get(200, 0)
+                windows.append(
+                    Window(pair, size, ok / w.seconds, percentile_ms(w.latencies, 99), sum(w.statuses.values()) - ok)
+                )
+                last = windows[-1]
+                print(f"pair {pair} max batch {size:>3}: {last.rps:7.0f} req/s  p99 {last.p99_ms:6.1f} ms"
+                      f"  errors {last.errors}", flush=True)  # fmt: skip
     return windows
 
 

@@ -54,7 +54,8 @@ import sys
 import tempfile
 import time
 import urllib.request
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -214,6 +215,32 @@ def wait_all_workers(peer: Peer, home: Path, timeout_s: float = 180) -> int:
         if time.monotonic() > deadline:
             raise RuntimeError(f"only {reported} of {workers} Flightdeck workers loaded within {timeout_s}s")
         time.sleep(0.2)
+
+
+@dataclass(frozen=True)
+class Running:
+    """A Flightdeck started for one benchmark, in a home of its own, with every worker loaded."""
+
+    server: Peer
+    home: Path
+    workers: int
+
+    def spec(self, model: str) -> ModelSpec:
+        """The model's spec, from the manifest of its version 1 in the registry."""
+        return ModelSpec.from_manifest(read_manifest(registry_models(self.home, {model})[model]))
+
+
+@contextmanager
+def flightdeck_running(overrides: dict[str, str], prefix: str) -> Iterator[Running]:
+    """Start Flightdeck as `make run` does (with `overrides`) in a new temporary home; stop it when the block ends."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        home = Path(tmp) / "home"
+        server = start_flightdeck(home, overrides)
+        try:
+            server.wait_ready()
+            yield Running(server, home, wait_all_workers(server, home))
+        finally:
+            server.stop()
 
 
 def learned(port: int, model: str) -> str:

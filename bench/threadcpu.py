@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.loadgen import drive
 from bench.measure import CLK_TCK, WORKLOADS, request_body, sample_inputs
-from bench.peers import learned, registry_models, start_flightdeck, wait_all_workers
-from serving.engine import read_manifest
-from serving.tensors import ModelSpec
+from bench.peers import flightdeck_running, learned
 
 
 @dataclass(frozen=True)
@@ -117,26 +114,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     model, seq_len = WORKLOADS[args.workload]
     overrides = dict(item.split("=", 1) for item in args.env)
-    with tempfile.TemporaryDirectory(prefix="flightdeck-threadcpu-") as tmp:
-        home = Path(tmp) / "home"
-        server = start_flightdeck(home, overrides)
-        try:
-            server.wait_ready()
-            workers = wait_all_workers(server, home)
-            spec = ModelSpec.from_manifest(read_manifest(registry_models(home, {model})[model]))
-            shown = learned(server.port, model)
-            body = request_body(sample_inputs(spec, 1, seq_len), spec)
-            seen: list[tuple[float, dict]] = []
+    with flightdeck_running(overrides, "flightdeck-threadcpu-") as running:
+        server, workers = running.server, running.workers
+        spec = running.spec(model)
+        shown = learned(server.port, model)
+        body = request_body(sample_inputs(spec, 1, seq_len), spec)
+        seen: list[tuple[float, dict]] = []
 
-            def probe() -> dict:
-                seen.append((time.perf_counter(), threads_of(server.process.pid)))
-                return {"t": seen[-1][0]}
+        def probe() -> dict:
+            seen.append((time.perf_counter(), threads_of(server.process.pid)))
+            return {"t": seen[-1][0]}
 
-            window = drive(
-                server.port, f"/v2/models/{model}/infer", body, args.concurrency, args.warmup, args.seconds, probe
-            )
-        finally:
-            server.stop()
+        window = drive(
+            server.port, f"/v2/models/{model}/infer", body, args.concurrency, args.warmup, args.seconds, probe
+        )
     ok = window.statuses.get(200, 0)
     print(shown)
     (t0, before), (t1, after) = seen[0], seen[-1]
