@@ -10,8 +10,10 @@ How they combine (the runbook's `set_batching` changes the engine-wide values at
 - preferred batch sizes: the model's, those over the effective max batch size dropped.
 - with batching switched off engine-wide, nothing is merged and nobody waits for a batch.
 - batch limits: where warm-up measured the version's cost curve (serving.batchcost), per sequence
-  bucket the batch size past which cost per sample stopped falling, under the max batch size;
-  requests are merged up to it. Recomputed from the same curve when the engine-wide max changes.
+  bucket the batch size past which cost per sample stopped falling, under the max batch size, and
+  never under the model's largest preferred batch size (what its author asked for is not bounded away
+  by a timing); requests are merged up to it. Recomputed from the same curve when the engine-wide max
+  changes.
 """
 
 from __future__ import annotations
@@ -60,14 +62,19 @@ def effective_config(
     """Combine a model's own configuration with the engine-wide settings (see the module docstring)."""
     combine = engine.enabled and spec.batched
     max_batch = min(engine.max_batch_size, spec.max_batch_size) if spec.batched else 1
+    preferred = tuple(b for b in spec.preferred_batch_sizes if b <= max_batch) if combine else ()
     limits = cost_curve.limits_under(max_batch) if cost_curve is not None and combine else {}
+    if preferred:
+        # NOTE: a size the model's own configuration asks for is not bounded away by a timing at load: on a flat
+        # curve the learned limit is the small end (textcls seq 128: 2, where 4 served x1.06-1.17; docs/benchmarks.md).
+        limits = {bucket: max(limit, preferred[-1]) for bucket, limit in limits.items()}
     delay = engine.max_queue_delay_ms if spec.max_queue_delay_ms is None else spec.max_queue_delay_ms
     return ModelConfig(
         combine=combine,
         max_batch_size=max_batch,
         max_queue_delay_ms=delay if combine else 0.0,
         max_queue_size=engine.max_queue_size if spec.max_queue_size is None else spec.max_queue_size,
-        preferred_batch_sizes=tuple(b for b in spec.preferred_batch_sizes if b <= max_batch) if combine else (),
+        preferred_batch_sizes=preferred,
         default_timeout_ms=engine.default_timeout_ms if spec.default_timeout_ms is None else spec.default_timeout_ms,
         instances=instances,
         batch_limits=limits,

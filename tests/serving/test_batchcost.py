@@ -27,7 +27,9 @@ WIDTH = 16384  # the flat model's values per sample: its per-run overhead (~3 µ
 HIDDEN = 384  # the fixed model's matrix size
 
 
-def _save(folder: Path, graph: onnx.GraphProto, name: str, width: int, max_batch_size: int) -> Path:
+def _save(
+    folder: Path, graph: onnx.GraphProto, name: str, width: int, max_batch_size: int, preferred: tuple[int, ...] = ()
+) -> Path:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="flightdeck-tests")
     model.ir_version = 8
     onnx.checker.check_model(model)
@@ -39,13 +41,13 @@ def _save(folder: Path, graph: onnx.GraphProto, name: str, width: int, max_batch
         "platform": "onnxruntime_onnx",
         "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, width]}],
         "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 1]}],
-        "batching": {"max_batch_size": max_batch_size},
+        "batching": {"max_batch_size": max_batch_size, "preferred_batch_sizes": list(preferred)},
     }
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return folder
 
 
-def write_flat(folder: Path, max_batch_size: int = 16) -> Path:
+def write_flat(folder: Path, max_batch_size: int = 16, preferred: tuple[int, ...] = ()) -> Path:
     """y = sum(sin(cos(...(x)))): 12 elementwise passes over every sample's WIDTH values."""
     nodes, last = [], "x"
     for i in range(12):
@@ -60,7 +62,7 @@ def write_flat(folder: Path, max_batch_size: int = 16) -> Path:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 1])],
         initializer=[numpy_helper.from_array(np.array([1], dtype=np.int64), "axes")],
     )
-    return _save(folder, graph, "flat", WIDTH, max_batch_size)
+    return _save(folder, graph, "flat", WIDTH, max_batch_size, preferred)
 
 
 def write_fixed(folder: Path, max_batch_size: int = 16) -> Path:
@@ -201,6 +203,20 @@ def test_a_model_whose_cost_per_sample_does_not_fall_is_bounded_at_a_small_batch
         big = engine.infer("flat", {"x": np.repeat(x, 16, axis=0)})
         assert big.batch_size == 16 and big.outputs["y"].shape == (16, 1)
         np.testing.assert_allclose(big.outputs["y"], np.repeat(routed[0].outputs["y"], 16, axis=0), rtol=1e-5)
+    finally:
+        engine.drain(10)
+
+
+def test_a_models_own_preferred_batch_size_is_not_bounded_away_by_the_curve(tmp_path: Path) -> None:
+    engine = learning_engine(max_batch_size=32)
+    try:
+        # The flat model's curve bounds it at a small batch (above); its manifest asks for batches of 16.
+        loaded = engine.load(write_flat(tmp_path / "flat", max_batch_size=32, preferred=(4, 16)))
+        assert loaded.config.cost_curve is not None
+        assert loaded.config.batch_limits == {0: 16} and loaded.batcher.batch_limits == {0: 16}
+        engine.set_batching(max_batch_size=8)  # the engine-wide cap still bounds it, and drops the 16
+        (loaded,) = engine.loaded("flat")
+        assert loaded.config.preferred_batch_sizes == (4,) and loaded.config.batch_limits[0] in (4, 8)
     finally:
         engine.drain(10)
 
