@@ -33,7 +33,6 @@ from typing import Any
 import numpy as np
 
 from bench.measure import (
-    CLK_TCK,
     HTTP_CONCURRENCY,
     OVERLOAD_ENV,
     RAW_BATCHES,
@@ -54,6 +53,7 @@ from bench.process import ServerProcess, free_port
 from serving.demo_models import DEMO_MODELS, write_demo_models
 from serving.engine import Engine, read_manifest
 from serving.errors import ServingError
+from serving.nodeload import CLK_TCK
 from serving.runtime import Session, load_session
 from serving.settings import BatchingSettings, RuntimeSettings, parallelism
 from serving.tensors import ModelSpec

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import threading
 import time
 from collections import Counter
@@ -15,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from serving.nodeload import busy_cpu_s
 from serving.tensors import ModelSpec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,7 +22,6 @@ RAW_BATCHES = (1, 2, 4, 8, 16, 32)
 HTTP_CONCURRENCY = (1, 8, 32)
 SHED = (429, 503)  # what an overloaded server may answer instead of 200
 OVERLOAD_ENV = {"FLIGHTDECK_MAX_QUEUE_SIZE": "32", "FLIGHTDECK_DEFAULT_TIMEOUT_MS": "2000"}
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 # name -> (model, sequence length): issue 26's workloads, for bench.peers, bench.rawort and bench.soak.
 WORKLOADS = {"mlp": ("mlp", 1), "textcls32": ("textcls", 32), "textcls128": ("textcls", 128)}
 
@@ -132,12 +131,7 @@ def percentile_ms(latencies: list[float], q: float) -> float:
 
 def cpu_probe() -> dict[str, Any]:
     """Snapshot the clock, this process's CPU seconds and the whole machine's busy CPU seconds."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split()[1:9]]  # cpu user nice system idle iowait ...
-    return {
-        "t": time.perf_counter(),
-        "cpu": time.process_time(),
-        "busy": (sum(fields) - fields[3] - fields[4]) / CLK_TCK,
-    }
+    return {"t": time.perf_counter(), "cpu": time.process_time(), "busy": busy_cpu_s()}
 
 
 def cpu_usage(before: dict[str, Any], after: dict[str, Any]) -> tuple[float, float, float]:

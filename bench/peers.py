@@ -63,7 +63,6 @@ from typing import Any
 from bench.grpcload import MODEL_INFER
 from bench.loadgen import Result, drive
 from bench.measure import (
-    CLK_TCK,
     WORKLOADS,
     Window,
     binary_request_body,
@@ -77,6 +76,7 @@ from bench.peerservers import mlserver_peer
 from bench.process import ROOT, ServerProcess, free_port
 from bench.rawort import Ceiling, ceiling, confirm, print_ceiling
 from serving.engine import read_manifest
+from serving.nodeload import CLK_TCK
 from serving.runtime import requested_providers
 from serving.settings import BatchingSettings, RuntimeSettings, parallelism
 from serving.tensors import ModelSpec

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.loadgen import drive
-from bench.measure import CLK_TCK, WORKLOADS, request_body, sample_inputs
+from bench.measure import WORKLOADS, request_body, sample_inputs
 from bench.peers import flightdeck_running, learned
+from serving.nodeload import CLK_TCK
 
 
 @dataclass(frozen=True)

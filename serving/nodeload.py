@@ -21,8 +21,11 @@ CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 MIN_WINDOW_S = 0.1
 
 
-def _busy_ticks(stat: Path = STAT) -> int | None:
-    """Return the node's busy CPU ticks since boot (every state but idle and iowait; steal counts); None: unknown."""
+def busy_cpu_s(stat: Path = STAT) -> float | None:
+    """Return the node's busy CPU seconds since boot (every state but idle and iowait; steal counts); None: unknown.
+
+    Also what the benchmarks read (bench.measure.cpu_probe).
+    """
     try:
         fields = stat.read_text().split("\n", 1)[0].split()
     except OSError:
@@ -31,7 +34,7 @@ def _busy_ticks(stat: Path = STAT) -> int | None:
         return None
     # user nice system idle iowait irq softirq steal [guest guest_nice: already counted in user and nice]
     ticks = [int(value) for value in fields[1:9]]
-    return sum(ticks) - ticks[3] - ticks[4]
+    return (sum(ticks) - ticks[3] - ticks[4]) / CLK_TCK
 
 
 def _own_cpu_s() -> float:
@@ -54,13 +57,13 @@ class OthersBusy:
         self.cores: float | None = None
 
     def __enter__(self) -> OthersBusy:
-        self._busy, self._own, self._started = _busy_ticks(self._stat), self._own_cpu(), self._clock()
+        self._busy, self._own, self._started = busy_cpu_s(self._stat), self._own_cpu(), self._clock()
         return self
 
     def __exit__(self, *_: object) -> None:
         wall = self._clock() - self._started
-        busy = _busy_ticks(self._stat)
+        busy = busy_cpu_s(self._stat)
         if busy is None or self._busy is None or wall < MIN_WINDOW_S:
             return
-        others = (busy - self._busy) / CLK_TCK - (self._own_cpu() - self._own)
+        others = (busy - self._busy) - (self._own_cpu() - self._own)
         self.cores = max(0.0, others / wall)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -39,13 +39,6 @@ def until_it_burned(process: subprocess.Popen[bytes], seconds: float) -> None:
     while cpu_s(process.pid) - start < seconds:
         assert process.poll() is None, "the burner exited"
         time.sleep(0.01)  # NOTE: polling the burner's own counter, the condition waited for
-
-
-def spin(seconds: float) -> None:
-    """Keep this process busy for `seconds` of its own CPU time."""
-    start = time.thread_time()
-    while time.thread_time() - start < seconds:
-        pass
 
 
 def test_another_process_busy_during_the_block_counts() -> None:
@@ -86,14 +79,18 @@ def test_the_figure_never_goes_below_zero(tmp_path: Path) -> None:
 
 
 def test_no_figure_without_the_counters_or_for_a_block_too_short(tmp_path: Path) -> None:
-    with OthersBusy(tmp_path / "absent") as missing:
-        spin(0.15)
+    def one_second_later() -> Callable[[], float]:
+        times = iter([0.0, 1.0])
+        return lambda: next(times)
+
+    with OthersBusy(tmp_path / "absent", clock=one_second_later()) as missing:
+        pass
     assert missing.cores is None
-    with OthersBusy() as short:
+    with OthersBusy() as short:  # the real counters, over a block far shorter than MIN_WINDOW_S
         pass
     assert short.cores is None
     not_stat = tmp_path / "stat"
     not_stat.write_text("intr 1 2 3\n")
-    with OthersBusy(not_stat) as unreadable:
-        spin(0.15)
+    with OthersBusy(not_stat, clock=one_second_later()) as unreadable:
+        pass
     assert unreadable.cores is None
