@@ -196,6 +196,7 @@ class Run:
 
     messages: list[tuple[float, dict]] = field(default_factory=list)
     feed: list[tuple] = field(default_factory=list)  # (t, kind, ...) in order
+    log: str = ""  # Alertmanager's own log, shown when it differs
 
 
 def run_flightdeck(scenario: Scenario, sessions) -> Run:
@@ -280,22 +281,14 @@ def run_alertmanager(scenario: Scenario, feed: list[tuple], folder: Path) -> Run
     sink = Sink(lambda: time.monotonic() - start["mono"])
     config = alertmanager_config(routes(scenario), {r.name: sink.url for r in scenario.receivers})
     (folder / "am.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    command = [BINARY, f"--config.file={folder / 'am.yml'}", f"--storage.path={folder / 'data'}",
-               f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=", "--log.level=warn"]  # fmt: skip
-    with (folder / "am.log").open("wb") as log:
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
+    for _ in range(3):
+        process, base = start_alertmanager(folder, sink.url)
+        if process is not None:
+            break
+    else:
+        sink.close()
+        raise RuntimeError(f"alertmanager did not start: {(folder / 'am.log').read_text()}")
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                call(base, "GET", "/-/ready")
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"alertmanager did not start: {(folder / 'am.log').read_text()}") from None
-                time.sleep(0.05)
         start["mono"], wall = time.monotonic(), datetime.now(UTC)
 
         def at(seconds: float) -> str:
@@ -319,11 +312,39 @@ def run_alertmanager(scenario: Scenario, feed: list[tuple], folder: Path) -> Run
                          "generatorURL": "http://console"}  # fmt: skip
                 call(base, "POST", "/api/v2/alerts", [alert])
         time.sleep(max(0.0, start["mono"] + scenario.duration - time.monotonic()))
-        return Run(messages=list(sink.received))
+        return Run(messages=list(sink.received), log=(folder / "am.log").read_text())
     finally:
         process.terminate()
         process.wait(timeout=10)
         sink.close()
+
+
+def start_alertmanager(folder: Path, sink_url: str) -> tuple[subprocess.Popen | None, str]:
+    """Start Alertmanager on a free port; return it and its URL once it answers as itself (None: it did not).
+
+    NOTE: the port is free when chosen, not when Alertmanager binds it, and eight start at once. One that
+    lost its port to another exits, while the other answers /-/ready: its configuration (our sink's URL)
+    tells them apart.
+    """
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    command = [BINARY, f"--config.file={folder / 'am.yml'}", f"--storage.path={folder / 'data'}",
+               f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=", "--log.level=warn"]  # fmt: skip
+    with (folder / "am.log").open("ab") as log:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
+    deadline = time.monotonic() + 20
+    while process.poll() is None and time.monotonic() < deadline:
+        try:
+            status = json.loads(call(base, "GET", "/api/v2/status"))
+        except OSError:
+            time.sleep(0.05)
+            continue
+        if sink_url in status["config"]["original"] and process.poll() is None:
+            return process, base
+        break
+    process.terminate()
+    process.wait(timeout=10)
+    return None, base
 
 
 def streams(run: Run) -> dict[tuple[str, str], list[tuple[float, tuple]]]:
@@ -369,7 +390,7 @@ def both(tmp_path_factory) -> dict[str, tuple[Run, Run]]:
 def test_flightdeck_sends_what_alertmanager_sends(both, scenario: str) -> None:
     ours, theirs = (streams(run) for run in both[scenario])
     shown = f"Flightdeck: {brief(ours)}\nAlertmanager: {brief(theirs)}"
-    assert theirs, "Alertmanager sent nothing: every scenario sends something"
+    assert theirs, f"Alertmanager sent nothing: every scenario sends something\n{shown}\n{both[scenario][1].log}"
     assert {k: [c for _, c in v] for k, v in ours.items()} == {k: [c for _, c in v] for k, v in theirs.items()}, shown
     for key, messages in theirs.items():
         for (t_ours, _), (t_theirs, _) in zip(ours[key], messages):
