@@ -142,6 +142,17 @@ def test_uvicorns_server_still_has_what_the_draining_server_uses() -> None:
         "uvicorn",
         "Server no longer calls config.callback_notify (the worker's heartbeat)",
     )
+    # DrainingServer.main_loop replaces uvicorn's, ticking once a second, and passes counters in tens.
+    pin(params(Server.main_loop) == ["self"], "uvicorn", f"Server.main_loop{inspect.signature(Server.main_loop)}")
+    pin(params(Server.on_tick) == ["self", "counter"], "uvicorn", f"Server.on_tick{inspect.signature(Server.on_tick)}")
+    pin(
+        "counter % 10 == 0" in source(Server.on_tick),
+        "uvicorn",
+        "Server.on_tick no longer does its once-a-second work (Date header, heartbeat) at counter % 10 == 0",
+    )
+    pin("main_loop()" in source(Server._serve), "uvicorn", "Server._serve no longer awaits main_loop()")
+    pin(hasattr(server, "server_state") and hasattr(server.server_state, "connections"), "uvicorn",
+        "Server.server_state.connections is gone (the worker's loop-lag timer reads it)")  # fmt: skip
 
 
 # --- uvicorn-worker: FlightdeckWorker -----------------------------------------------------------------
