@@ -5,7 +5,7 @@ A loop that is late by more than a few milliseconds is one where something ran o
 
 The timer is due every `BUSY_INTERVAL_S` while `busy()` (a client connected, a call in flight), and
 every `IDLE_INTERVAL_S` otherwise: an idle worker's loop woke ten times a second for it and for
-uvicorn's tick, a third of a percent of a core each (controlplane.worker ticks once a second too).
+uvicorn's tick, 0.3 % of a core for the two (controlplane.worker ticks once a second too).
 """
 
 from __future__ import annotations

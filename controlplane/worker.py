@@ -70,7 +70,7 @@ class DrainingServer(Server):
         if self.grpc_front is not None:
             self.grpc_front.request_drain(self.config.timeout_graceful_shutdown or 0)
         super().handle_exit(sig, frame)
-        if self._loop is not None and self._wake is not None:
+        if self._loop is not None and self._wake is not None and not self._loop.is_closed():
             # NOTE: threadsafe: a signal handler may run in the middle of the loop's own work.
             self._loop.call_soon_threadsafe(self._wake.set)
 
