@@ -160,7 +160,8 @@ def test_the_goals_block_judges_each_of_issue_26s_goals_and_says_what_it_lacks(c
     ]
     rates = {(Layout(2, 1), 1): 380.0, (Layout(2, 1), 8): 470.0, (Layout(1, 2), 8): 300.0}
     ceiling = Ceiling("textcls128", rates, confirmed=460.0)  # judged by the second measurement, not the 470
-    print_goals(cells, {"textcls128": ceiling})
+    idle = {"master": 0.02, "worker 11": 0.6, "worker 12": 0.5, "job process 13": 0.1}  # each under 1 %, not the sum
+    print_goals(cells, {"textcls128": ceiling}, idle)
     verdicts = [line.split(None, 1) for line in capsys.readouterr().out.splitlines()[2:]]
     assert [(v, text.split(":")[0]) for v, text in verdicts] == [
         ("PASS", "textcls128 c=1"),  # more req/s, p50 +0.05 ms
@@ -169,11 +170,45 @@ def test_the_goals_block_judges_each_of_issue_26s_goals_and_says_what_it_lacks(c
         ("FAIL", "textcls128 c=32"),  # 400 req/s is 87 % of the best cell, 460 at batch 8
         ("FAIL", "mlp c=1"),  # fewer req/s than naive
         ("PASS", "mlp c=32"),  # 3 x MLServer; no naive cell, and mlp is not model-bound
+        ("FAIL", "idle"),  # 1.22 % for the whole server
     ]
+    assert "the whole server 1.22 % of one core (<= 1 %); the busiest process, worker 11, 0.60 %" in verdicts[6][1]
     assert "87% of raw ONNX Runtime's 460 samples/s at batch 8" in verdicts[3][1]
     # 90 % of 460 samples/s on 2 cores leaves 2 s / 414 = 4831 µs of CPU per request, server and client together
     assert "server CPU 900 µs/request, where 90% leaves 4831 to server and client on 2 cores" in verdicts[3][1]
     assert "x3.00 MLServer" in verdicts[5][1]
+
+
+def test_a_process_cpu_time_is_read_to_the_nanosecond_over_all_its_threads() -> None:
+    import os
+    import threading
+    import time
+
+    from bench.peers import process_cpu_s
+
+    spent: list[float] = []
+    done, release = threading.Event(), threading.Event()
+
+    def spin() -> None:  # NOTE: CPU work in another thread, still alive when read: the figure must include it
+        started = time.thread_time()
+        while time.thread_time() - started < 0.03:
+            pass
+        spent.append(time.thread_time() - started)
+        done.set()
+        release.wait(30)
+
+    before = process_cpu_s(os.getpid())
+    thread = threading.Thread(target=spin)
+    thread.start()
+    try:
+        assert done.wait(30)
+        after = process_cpu_s(os.getpid())
+    finally:
+        release.set()
+        thread.join()
+    assert before is not None and after is not None
+    assert after - before >= 0.9 * spent[0] > 0.027  # 10 ms ticks would read 0.02 or 0.03
+    assert process_cpu_s(2**22 + 7) is None  # no such process
 
 
 def test_mlserver_gets_flightdecks_batching_and_onnx_runtime_settings(tmp_path) -> None:
