@@ -57,8 +57,14 @@ class PageLog:
         return [e for e in self.errors if not any(p.search(e) for p in self.expected)]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator:
+    """One headless Chromium for the e2e package's tests (which xdist runs on one worker, in a row).
+
+    NOTE: package, not session: Playwright's sync API keeps an asyncio loop running in this thread while it
+    is open, and `asyncio.run` refuses to start under it. Open for the whole session, it failed the tests
+    that call `asyncio.run` (test_grpc's, test_idle_wakeups') whenever xdist gave them this worker after it.
+    """
     executable = require_browser()
     from playwright.sync_api import sync_playwright
 
