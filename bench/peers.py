@@ -133,14 +133,22 @@ def tree_cpu_by_pid(root: int) -> dict[int, float]:
     return {pid: times[pid] for pid in tree if pid in times}
 
 
+def is_job_process(pid: int) -> bool:
+    """Whether `pid` is a Flightdeck job process (controlplane.jobprocess), by its command line."""
+    try:
+        return b"controlplane.jobprocess" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
 def process_cpu_s(pid: int) -> float | None:
-    """Return the CPU seconds the live threads of `pid` have run, to the nanosecond; None where it cannot be read.
+    """Return the CPU seconds the live threads of `pid` have run, to the nanosecond; None where none can be read.
 
     NOTE: /proc/PID/task/TID/schedstat, not /proc/PID/stat: stat counts 10 ms ticks, and an idle server's
     second costs a few of them, so 10 s of idle read as 0.8 or 1.2 % by the tick it happened to cross.
     A thread that ended during the window takes its time with it (rare in an idle server).
     """
-    total = 0
+    total, read = 0, 0
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
@@ -149,39 +157,26 @@ def process_cpu_s(pid: int) -> float | None:
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat") as stat:
                 total += int(stat.read().split()[0])
+            read += 1
         except (OSError, ValueError, IndexError):
             continue
-    return total / 1e9
+    return total / 1e9 if read else None
 
 
 def idle_cpu(peer: Peer, seconds: float) -> dict[str, float]:
-    """Return % of one core each process of an idle server's tree used over `seconds` (master, workers, the rest)."""
+    """Return % of one core each process of an idle server's tree used over `seconds` (master, workers, job process)."""
     root = peer.process.pid
-    pids = sorted(tree_cpu_by_pid(root), key=lambda p: (p != root, p))
-    ticks = tree_cpu_by_pid(root)
+    pids = sorted(tree_cpu_by_pid(root), key=lambda p: (p != root, is_job_process(p), p))
     before, t0 = {pid: process_cpu_s(pid) for pid in pids}, time.perf_counter()
     time.sleep(seconds)
     after, wall = {pid: process_cpu_s(pid) for pid in pids}, time.perf_counter() - t0
-    ticks_after = tree_cpu_by_pid(root)
-    workers = {pid for pid in pids if _parent(pid) == root}
     shares = {}
     for pid in pids:
-        if before[pid] is not None and after[pid] is not None:
-            used = after[pid] - before[pid]
-        elif pid in ticks_after:  # NOTE: no schedstat here: the ticks, coarse but something
-            used = ticks_after[pid] - ticks[pid]
-        else:
+        if before[pid] is None or after[pid] is None:
             continue  # gone
-        name = "master" if pid == root else f"worker {pid}" if pid in workers else f"job process {pid}"
-        shares[name] = 100 * used / wall
+        name = "master" if pid == root else f"job process {pid}" if is_job_process(pid) else f"worker {pid}"
+        shares[name] = 100 * (after[pid] - before[pid]) / wall
     return shares
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 class Peer(ServerProcess):

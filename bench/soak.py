@@ -34,7 +34,14 @@ from pathlib import Path
 
 from bench.loadgen import drive
 from bench.measure import request_body, sample_inputs
-from bench.peers import WORKLOADS, registry_models, start_flightdeck, tree_cpu_by_pid, wait_all_workers
+from bench.peers import (
+    WORKLOADS,
+    is_job_process,
+    registry_models,
+    start_flightdeck,
+    tree_cpu_by_pid,
+    wait_all_workers,
+)
 from serving.engine import read_manifest
 from serving.tensors import ModelSpec
 
@@ -80,13 +87,6 @@ def lease_holder(home: Path) -> int | None:
 
 
 JOB_PROCESS = -1  # the column of the lease holder's job process, whichever pid it has at a sample
-
-
-def is_job_process(pid: int) -> bool:
-    try:
-        return b"controlplane.jobprocess" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
 
 
 def job_process_pid(master: int) -> int | None:

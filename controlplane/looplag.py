@@ -3,7 +3,7 @@
 A loop that is late by more than a few milliseconds is one where something ran on it that should not
 (a big body decoded there, a blocking call); the probes it answers are late by as much.
 
-The timer is due every `BUSY_INTERVAL_S` while `busy()` (a client connected, a call in flight), and
+The timer is due every `BUSY_INTERVAL_S` while `busy()` (a client connected, a request in the engine), and
 every `IDLE_INTERVAL_S` otherwise: an idle worker's loop woke ten times a second for it and for
 uvicorn's tick, 0.3 % of a core for the two (controlplane.worker ticks once a second too).
 """

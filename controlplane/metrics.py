@@ -178,8 +178,8 @@ CONNECTIONS_CLOSED = Counter(
 )
 LOOP_LAG = Histogram(
     "flightdeck_event_loop_lag_seconds",
-    "How late each worker's event loop ran a timer due every 0.1 s while clients are connected (every second "
-    "otherwise): time the loop spent on something else.",
+    "How late each worker's event loop ran a timer due every 0.1 s while an HTTP client is connected or the engine "
+    "holds a request (every second otherwise): time the loop spent on something else.",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
 )
 LOOP_LAG_MAX = Gauge(

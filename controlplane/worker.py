@@ -138,10 +138,11 @@ class FlightdeckWorker(UvicornWorker):
         self._server = server = DrainingServer(config=self.config)
         server.grpc_front = grpc_front
         if services is not None:
-            calls = grpc_front.service if grpc_front is not None else None
+            engine = services.engine
 
             def busy() -> bool:
-                return bool(server.server_state.connections) or (calls is not None and calls.in_flight > 0)
+                # NOTE: read on the lag timer's tick, not per request; the engine's work covers gRPC calls too.
+                return bool(server.server_state.connections) or any(v.batcher.busy for v in engine.loaded())
 
             self._lag_watch = asyncio.get_running_loop().create_task(watch_loop_lag(_record_lag(), busy))
         # NOTE: not UvicornWorker's SIGQUIT handler: it only clears gunicorn's `alive`, which uvicorn never

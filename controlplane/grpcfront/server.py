@@ -83,8 +83,7 @@ class GrpcFront:
         self.bridge = ViewBridge(app, settings.http_threads)
         self.health = EngineHealth(services.engine)
         self.server = grpc.aio.server(options=server_options(settings), maximum_concurrent_rpcs=max_calls)
-        self.service = InferenceService(services, self.bridge)
-        self.server.add_generic_rpc_handlers((self.service.handler(),))
+        self.server.add_generic_rpc_handlers((InferenceService(services, self.bridge).handler(),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self._stopping: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

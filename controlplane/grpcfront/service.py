@@ -112,7 +112,6 @@ class InferenceService:
         self.engine = services.engine
         self.settings = services.settings
         self.bridge = bridge
-        self.in_flight = 0  # ModelInfer calls being answered (the worker's loop-lag timer ticks faster meanwhile)
 
     def handler(self) -> grpc.GenericRpcHandler:
         """Return the generic handler that serves every RPC of the service."""
@@ -150,13 +149,6 @@ class InferenceService:
         return pb.ServerReadyResponse(ready=self.engine.ready())
 
     async def model_infer(self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext) -> Message:
-        self.in_flight += 1
-        try:
-            return await self._model_infer(request, context)
-        finally:
-            self.in_flight -= 1
-
-    async def _model_infer(self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext) -> Message:
         metadata = Metadata(context)
         if self.settings.inference_auth and not await self._token_valid(metadata):
             await _abort(context, metadata, grpc.StatusCode.UNAUTHENTICATED, BEARER_REQUIRED)
