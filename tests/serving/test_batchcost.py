@@ -191,9 +191,9 @@ def test_a_model_whose_cost_per_sample_does_not_fall_is_bounded_at_a_small_batch
         curve = loaded.config.cost_curve
         assert curve is not None and set(curve.points) == {0}
         limit = loaded.config.batch_limits[0]
-        # The same work per sample at every size: 2 on a quiet machine (never 1: choose_limit); on this shared VM the thread's CPU time
-        # per sample has measured up to 30 % lower at batch 8 than at 1 (other processes on the cores).
-        assert 1 <= limit <= 8, curve.describe()
+        # The same work per sample at every size: 2 on a quiet machine (never 1: choose_limit); on this shared VM
+        # the thread's CPU time per sample has measured up to 30 % lower at batch 8 than at 1 (other processes).
+        assert 2 <= limit <= 8, curve.describe()
         assert loaded.batcher.batch_limits == {0: limit}
         # Under concurrency no batch is larger than the limit; a request of 16 rows still runs, alone.
         x = np.random.default_rng(0).standard_normal((1, WIDTH)).astype(np.float32)
