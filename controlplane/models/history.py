@@ -17,6 +17,7 @@ class SlotSample(Base):
     __table_args__ = (
         Index("ix_slot_samples_model_ts", "model", "ts"),
         Index("ix_slot_samples_res_ts", "resolution_s", "ts"),
+        Index("ix_slot_samples_ts", "ts"),  # every model's rows in a window: slot-metric alert rules, charts
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -71,7 +72,7 @@ class DeviceSample(Base):
     """Memory and utilisation of one device ('cpu' heap of a process, or 'gpu0', ...) at one moment."""
 
     __tablename__ = "device_samples"
-    __table_args__ = (Index("ix_device_samples_res_ts", "resolution_s", "ts"),)
+    __table_args__ = (Index("ix_device_samples_res_ts", "resolution_s", "ts"), Index("ix_device_samples_ts", "ts"))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     ts: Mapped[datetime]
