@@ -23,6 +23,7 @@ from controlplane.alerting.notify import queue_notifications, record_suppressed,
 from controlplane.alerting.observe import observe
 from controlplane.alerting.silences import active_silences, as_silence
 from controlplane.clock import utcnow
+from controlplane.history.slo import ClosedHours
 from controlplane.models import AlertEvent, AlertRecord, RunbookRun
 from controlplane.runbooks.automatic import Skipped
 from controlplane.runbooks.states import RunState
@@ -111,6 +112,7 @@ class AlertEvaluator:
         self._engine_ready = engine_ready
         self._run_automatic = run_automatic
         self._clock = clock
+        self._closed_hours = ClosedHours()  # the burn windows' whole past hours, read once, not every evaluation
 
     def run(self) -> dict[str, int]:
         """One evaluation: state changes, notifications queued, suppressions, automatic runs started."""
@@ -156,7 +158,12 @@ class AlertEvaluator:
         if self._observer is not None:
             return self._observer(session, rule, now)
         return observe(
-            session, rule, now, engine_ready=self._engine_ready, max_queue_size=self._settings.max_queue_size
+            session,
+            rule,
+            now,
+            engine_ready=self._engine_ready,
+            max_queue_size=self._settings.max_queue_size,
+            closed_hours=self._closed_hours,
         )
 
     def _follow_runbooks(self, session: Session, alerts: Iterable[AlertRecord], now: datetime) -> int:

@@ -15,7 +15,7 @@ from alerts.rules import Insufficient, Rule
 from alerts.slo import BurnRule
 from controlplane.history.drift import STREAM_ROWS, drift_observation
 from controlplane.history.query import SlotAggregate
-from controlplane.history.slo import burn_observation
+from controlplane.history.slo import ClosedHours, burn_observation
 from controlplane.models import AuditEvent, Deployment, DeviceSample, OutboxMessage, SlotSample
 from controlplane.rollout.service import active_rollout
 from controlplane.rollout.states import Slot
@@ -141,12 +141,21 @@ def _device_metric(session: Session, rule: Rule, now: datetime) -> dict[Key, flo
 
 
 def observe(
-    session: Session, rule: Rule, now: datetime, *, engine_ready: Callable[[], bool], max_queue_size: int
+    session: Session,
+    rule: Rule,
+    now: datetime,
+    *,
+    engine_ready: Callable[[], bool],
+    max_queue_size: int,
+    closed_hours: ClosedHours | None = None,
 ) -> dict[Key, float | Insufficient]:
-    """Return the value of a rule's metric for every label set it groups by (`Insufficient`: too few requests)."""
+    """Return the value of a rule's metric for every label set it groups by (`Insufficient`: too few requests).
+
+    `closed_hours`: the sums of past hours kept between evaluations, for the burn rules' windows of days.
+    """
     c = rule.condition
     if isinstance(rule, BurnRule):  # generated from an SLO: burn rates over two windows
-        return burn_observation(session, rule, now)
+        return burn_observation(session, rule, now, closed_hours)
     if c.metric in SLOT_METRICS:
         return _slot_metric(session, rule, now)
     if c.metric in DEVICE_METRICS or c.metric == "gpu_memory_fill":

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from alerts.slo import SLO
 from controlplane.history import drift, query
-from controlplane.history.slo import slo_status
+from controlplane.history.slo import ClosedHours, slo_status
 from controlplane.models import AlertEvent, AlertRecord, Rollout, RolloutMeasurement
 
 
@@ -19,6 +19,7 @@ class HistoryService:
 
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self._sessions = sessions
+        self._closed_hours = ClosedHours()  # an SLO's period (30 days) is then read at its ends, not row by row
 
     def series(
         self,
@@ -47,7 +48,7 @@ class HistoryService:
     def slo_status(self, slos: Iterable[SLO], now: datetime) -> list[dict]:
         """Return each SLO's objective, good/total over its period, budget left and burn rate per window."""
         with self._sessions() as session:
-            return [slo_status(session, slo, now) for slo in slos]
+            return [slo_status(session, slo, now, self._closed_hours) for slo in slos]
 
     def drift_series(self, start: datetime, end: datetime, step_s: int, model: str | None = None) -> list[dict]:
         """Return each version's drift scores over the range, a point per step, against its reference."""

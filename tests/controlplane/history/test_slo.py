@@ -6,11 +6,13 @@ import math
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pytest
 
 from alerts.rules import Insufficient
-from alerts.slo import SLI, SLO, burn_rules
-from controlplane.history.slo import burn_observation, window_counts
+from alerts.slo import ALERT_WINDOWS, SLI, SLO, burn_rules
+from controlplane.history.retention import RetentionPolicy, apply_retention
+from controlplane.history.slo import ClosedHours, burn_observation, window_counts
 from controlplane.history.slo import slo_status as status_of
 from serving.histogram import GROWTH, bucket_of, lower_edge
 from tests.controlplane.history.conftest import T0, minutes, slot_row
@@ -146,3 +148,70 @@ def test_a_burn_rule_gives_the_lower_rate_and_says_when_traffic_is_too_thin(sess
         (observed,) = burn_observation(s, burn_rules([thin])[0], T0).values()
         assert observed == Insufficient("not enough traffic: 100 requests in 5m, fewer than the 500 needed")
         assert burn_observation(s, fast, T0 + timedelta(hours=2)) == {}  # no traffic in the window: no data
+
+
+def _history_of_days(sessions, days: int, seed: int) -> None:
+    """Rows every few minutes over `days` before T0 + 2 h, some on the hour, with errors and slow requests."""
+    rng = np.random.default_rng(seed)
+    rows, ts = [], T0 - timedelta(days=days)
+    while ts < T0 + timedelta(hours=2):
+        on_the_hour = ts.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+        ts = on_the_hour if rng.random() < 0.1 else ts + timedelta(seconds=float(rng.integers(60, 600)))
+        slow = int(rng.integers(0, 5))
+        rows.append(slot_row(ts, [0.01] * int(rng.integers(5, 40)) + [0.4] * slow, errors=int(rng.integers(0, 3))))
+    add(sessions, *rows)
+
+
+@pytest.mark.parametrize("slo", [AVAILABILITY, LATENCY], ids=["availability", "latency"])
+def test_kept_hours_count_exactly_what_reading_every_row_counts(sessions, slo) -> None:
+    # Evaluations every few minutes, as the alert job's, keep whole past hours and read only the ragged ends;
+    # a retention pass in between rolls raw rows up (into the same hours) and must not change a count.
+    _history_of_days(sessions, days=4, seed=3)
+    closed = ClosedHours()
+    windows = [*ALERT_WINDOWS, slo.period]
+    for step, now in enumerate(T0 + timedelta(minutes=m) for m in (0, 7, 13, 61, 75, 119)):
+        if step == 3:
+            with sessions() as s:
+                rolled = apply_retention(s, now, RetentionPolicy(raw=timedelta(hours=6)))
+            assert rolled["raw_rolled_up"] > 100
+        with sessions() as s:
+            kept = window_counts(s, slo, now, windows, closed)
+            every_row = window_counts(s, slo, now, windows)
+        assert kept == every_row, now
+        assert every_row[ALERT_WINDOWS.index(timedelta(days=3))].total > 5_000  # the long windows hold traffic
+
+
+def test_a_kept_hour_is_read_again_once_kept_for_its_time(sessions) -> None:
+    clock = [0.0]
+    closed = ClosedHours(clock=lambda: clock[0])
+    add(sessions, slot_row(T0 - timedelta(hours=3), [0.01] * 100))
+    three_hours = [timedelta(hours=3, minutes=30)]
+    with sessions() as s:
+        assert window_counts(s, AVAILABILITY, T0, three_hours, closed)[0].total == 100
+    # A late row in a closed hour (a node whose clock is behind): the kept hour does not see it at once...
+    add(sessions, slot_row(T0 - timedelta(hours=2, minutes=30), [0.01] * 10, errors=10))
+    with sessions() as s:
+        assert window_counts(s, AVAILABILITY, T0, three_hours, closed)[0].total == 100
+        # ... while a row in the open hours counts at once,
+        add(sessions, slot_row(T0 - minutes(5), [0.01] * 1))
+        assert window_counts(s, AVAILABILITY, T0, three_hours, closed)[0].total == 101
+    # ... and the closed one once it has been kept for its time.
+    clock[0] = ClosedHours.TTL_S
+    with sessions() as s:
+        counts = window_counts(s, AVAILABILITY, T0, three_hours, closed)[0]
+    assert (counts.total, counts.bad) == (111, 10)
+
+
+def test_the_burn_rules_of_one_slo_share_one_reading_per_evaluation(sessions) -> None:
+    add(sessions, slot_row(T0 - minutes(2), [0.01] * 100, errors=10))
+    closed = ClosedHours()
+    rules = burn_rules([AVAILABILITY])
+    with sessions() as s:
+        first = [burn_observation(s, rule, T0, closed) for rule in rules]
+        add(sessions, slot_row(T0 - minutes(1), [0.01] * 100, errors=90))
+        # The same evaluation (same now) does not read again, so its four rules judge the same rows...
+        assert [burn_observation(s, rule, T0, closed) for rule in rules] == first
+        # ... and the next evaluation reads the new row.
+        later = burn_observation(s, rules[0], T0 + timedelta(seconds=15), closed)
+    assert first[0] == {(("model", "textcls"),): pytest.approx(100.0)}
+    assert later == {(("model", "textcls"),): pytest.approx(500.0)}
