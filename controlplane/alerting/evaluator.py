@@ -20,7 +20,7 @@ from alerts.lifecycle import Silence, Tracked, decide, evaluate
 from alerts.rules import Insufficient, Rule
 from alerts.states import AlertState, Severity
 from controlplane.alerting.notify import queue_notifications, record_suppressed, withdraw_muted
-from controlplane.alerting.observe import observe
+from controlplane.alerting.observe import observe_all
 from controlplane.alerting.silences import active_silences, as_silence
 from controlplane.clock import utcnow
 from controlplane.history.slo import ClosedHours
@@ -123,9 +123,10 @@ class AlertEvaluator:
             counts["escalated"] = self._follow_runbooks(session, rows.values(), now)
             before = {fp: _tracked(r) for fp, r in rows.items()}
             advanced: list[Tracked] = []
+            observed = self._observe(session, now)
             for rule in self.rules.values():
-                observed = self._observe(session, rule, now)
-                advanced += evaluate(rule, observed, {fp: t for fp, t in before.items() if t.rule == rule.name}, now)
+                tracked = {fp: t for fp, t in before.items() if t.rule == rule.name}
+                advanced += evaluate(rule, observed[rule.name], tracked, now)
             outcome = decide(advanced, before, _silences(session, now), now)
             for alert in outcome.tracked.values():
                 rows[alert.fingerprint] = self._save(session, rows.get(alert.fingerprint), alert, now)
@@ -154,12 +155,13 @@ class AlertEvaluator:
             counts["automatic"] = self._automatic(session, rows, outcome.tracked, now)
         return counts
 
-    def _observe(self, session: Session, rule: Rule, now: datetime):
+    def _observe(self, session: Session, now: datetime) -> dict[str, dict]:
+        """Every rule's observation, by rule name."""
         if self._observer is not None:
-            return self._observer(session, rule, now)
-        return observe(
+            return {rule.name: self._observer(session, rule, now) for rule in self.rules.values()}
+        return observe_all(
             session,
-            rule,
+            list(self.rules.values()),
             now,
             engine_ready=self._engine_ready,
             max_queue_size=self._settings.max_queue_size,

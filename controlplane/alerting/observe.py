@@ -6,8 +6,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import case, func, or_, select
+from sqlalchemy import Row, case, func, or_, select
 from sqlalchemy.orm import Session
 
 from alerts.catalogue import DEVICE_METRICS, SLOT_METRICS
@@ -41,59 +42,97 @@ def _combine(values: list[float], aggregation: str) -> float | None:
     return sum(values) / len(values)
 
 
-def _slot_metric(session: Session, rule: Rule, now: datetime) -> dict[Key, float | Insufficient]:
-    c = rule.condition
-    start = now - c.window
-    # NOTE: streamed, and only the columns used (issue 29, item 8): whole ORM rows read at once made each
-    # evaluation's peak grow with the window's rows, and the lease holder's RSS with it.
+class _SlotWindow:
+    """One slot-metric rule's value, added up from the rows of its window as they stream by in time order."""
+
+    def __init__(self, rule: Rule, now: datetime) -> None:
+        self.rule = rule
+        self.start = now - rule.condition.window
+        self._merged: dict[Key, SlotAggregate] = defaultdict(SlotAggregate)  # "avg": the window as one aggregate
+        # Otherwise one interval's aggregate per label set at a time, its value kept once the next interval begins.
+        self._current: dict[Key, tuple[datetime, SlotAggregate]] = {}
+        self._values: dict[Key, list[float]] = defaultdict(list)
+        self._requests: dict[Key, int] = defaultdict(int)
+
+    def add(self, row: Row[Any]) -> None:
+        if row.ts <= self.start:
+            return
+        c = self.rule.condition
+        key = _key({"model": row.model, "version": row.version, "slot": row.slot}, c.by)
+        if c.aggregation == "avg":
+            # NOTE: one aggregate over the window (errors / requests), not an average of per-interval ratios.
+            self._merged[key].add(row)
+            return
+        if key in self._current and self._current[key][0] != row.ts:
+            self._close(key)
+        if key not in self._current:
+            self._current[key] = (row.ts, SlotAggregate())
+        self._current[key][1].add(row)
+
+    def _close(self, key: Key) -> None:
+        _, agg = self._current.pop(key)
+        self._requests[key] += agg.requests
+        if (value := agg.value(self.rule.condition.metric, 10.0)) is not None:
+            self._values[key].append(value)
+
+    def result(self) -> dict[Key, float | Insufficient]:
+        rule, c = self.rule, self.rule.condition
+        if c.aggregation == "avg":
+            seconds = c.window.total_seconds()
+            if "reason" in c.by:  # client errors of each kind over all the requests of the label set
+                judged = {
+                    _key({**dict(k), "reason": kind}, c.by): _judged(rule, agg.client_error_share(kind), agg.requests)
+                    for k, agg in self._merged.items()
+                    for kind in sorted(agg.client_error_kinds)
+                }
+            else:
+                judged = {
+                    k: _judged(rule, agg.value(c.metric, seconds), agg.requests) for k, agg in self._merged.items()
+                }
+            return {k: v for k, v in judged.items() if v is not None}
+        for key in list(self._current):
+            self._close(key)
+        result = {}
+        for key, total in self._requests.items():
+            combined = _judged(rule, _combine(self._values[key], c.aggregation), total)
+            if combined is not None:
+                result[key] = combined
+        return result
+
+
+def slot_observations(session: Session, rules: list[Rule], now: datetime) -> dict[str, dict[Key, float | Insufficient]]:
+    """The values of every slot-metric rule (SLOT_METRICS), by rule name, from one reading of the history.
+
+    NOTE: streamed, and only the columns used (issue 29, item 8): whole ORM rows read at once made each
+    evaluation's peak grow with the window's rows, and the lease holder's RSS with it. One stream for all
+    the rules, from the earliest start: each rule read (and decoded the JSON of) its own window's rows before.
+    """
+    windows = [_SlotWindow(rule, now) for rule in rules]
+    if not windows:
+        return {}
     rows = session.execute(
         select(SlotSample.ts, SlotSample.model, SlotSample.version, SlotSample.slot, *SlotAggregate.columns())
-        .where(SlotSample.ts > start, SlotSample.ts <= now)
+        .where(SlotSample.ts > min(w.start for w in windows), SlotSample.ts <= now)
         .order_by(SlotSample.ts)
         .execution_options(yield_per=STREAM_ROWS)
     )
-    if c.aggregation == "avg":
-        # NOTE: one aggregate over the window (errors / requests), not an average of per-interval ratios.
-        merged: dict[Key, SlotAggregate] = defaultdict(SlotAggregate)
-        for row in rows:
-            merged[_key({"model": row.model, "version": row.version, "slot": row.slot}, c.by)].add(row)
-        seconds = c.window.total_seconds()
-        if "reason" in c.by:  # client errors of each kind over all the requests of the label set
-            judged = {
-                _key({**dict(k), "reason": kind}, c.by): _judged(rule, agg.client_error_share(kind), agg.requests)
-                for k, agg in merged.items()
-                for kind in sorted(agg.client_error_kinds)
-            }
-        else:
-            judged = {k: _judged(rule, agg.value(c.metric, seconds), agg.requests) for k, agg in merged.items()}
-        return {k: v for k, v in judged.items() if v is not None}
-    # NOTE: one interval's aggregate per label set at a time, its value kept once the next interval begins (rows
-    # come in time order): an aggregate per interval of the window made the peak grow with the server's history.
-    current: dict[Key, tuple[datetime, SlotAggregate]] = {}
-    values: dict[Key, list[float]] = defaultdict(list)
-    requests: dict[Key, int] = defaultdict(int)
-
-    def close(key: Key) -> None:
-        _, agg = current.pop(key)
-        requests[key] += agg.requests
-        if (value := agg.value(c.metric, 10.0)) is not None:
-            values[key].append(value)
-
     for row in rows:
-        key = _key({"model": row.model, "version": row.version, "slot": row.slot}, c.by)
-        if key in current and current[key][0] != row.ts:
-            close(key)
-        if key not in current:
-            current[key] = (row.ts, SlotAggregate())
-        current[key][1].add(row)
-    for key in list(current):
-        close(key)
-    result = {}
-    for key, total in requests.items():
-        combined = _judged(rule, _combine(values[key], c.aggregation), total)
-        if combined is not None:
-            result[key] = combined
-    return result
+        for window in windows:
+            window.add(row)
+    return {w.rule.name: w.result() for w in windows}
+
+
+def _slot_metric(session: Session, rule: Rule, now: datetime) -> dict[Key, float | Insufficient]:
+    return slot_observations(session, [rule], now)[rule.name]
+
+
+def _as_slot_rule(rule: Rule) -> Rule | None:
+    """The slot-metric rule whose rows give `rule`'s value (queue fill: the queue depth's), or None."""
+    if isinstance(rule, BurnRule):
+        return None
+    if rule.condition.metric == "queue_fill":
+        return replace(rule, condition=replace(rule.condition, metric="queue_depth_max"))
+    return rule if rule.condition.metric in SLOT_METRICS else None
 
 
 def _judged(rule: Rule, value: float | None, requests: int) -> float | Insufficient | None:
@@ -140,6 +179,37 @@ def _device_metric(session: Session, rule: Rule, now: datetime) -> dict[Key, flo
     return result
 
 
+def _filled(
+    rule: Rule, observed: dict[Key, float | Insufficient], max_queue_size: int
+) -> dict[Key, float | Insufficient]:
+    """Queue fill is the deepest queue over the queue's size; any other rule's value is as observed."""
+    if rule.condition.metric != "queue_fill":
+        return observed
+    return {k: v if isinstance(v, Insufficient) else v / max_queue_size for k, v in observed.items()}
+
+
+def observe_all(
+    session: Session,
+    rules: list[Rule],
+    now: datetime,
+    *,
+    engine_ready: Callable[[], bool],
+    max_queue_size: int,
+    closed_hours: ClosedHours | None = None,
+) -> dict[str, dict[Key, float | Insufficient]]:
+    """Every rule's `observe`, by rule name; the slot-metric rules share one reading of the history."""
+    slot_rules = {rule.name: slot_rule for rule in rules if (slot_rule := _as_slot_rule(rule)) is not None}
+    shared = slot_observations(session, list(slot_rules.values()), now)
+    return {
+        rule.name: _filled(rule, shared[rule.name], max_queue_size)
+        if rule.name in shared
+        else observe(
+            session, rule, now, engine_ready=engine_ready, max_queue_size=max_queue_size, closed_hours=closed_hours
+        )
+        for rule in rules
+    }
+
+
 def observe(
     session: Session,
     rule: Rule,
@@ -156,17 +226,14 @@ def observe(
     c = rule.condition
     if isinstance(rule, BurnRule):  # generated from an SLO: burn rates over two windows
         return burn_observation(session, rule, now, closed_hours)
-    if c.metric in SLOT_METRICS:
-        return _slot_metric(session, rule, now)
+    if (slot_rule := _as_slot_rule(rule)) is not None:
+        return _filled(rule, _slot_metric(session, slot_rule, now), max_queue_size)
     if c.metric in DEVICE_METRICS or c.metric == "gpu_memory_fill":
         return _device_metric(session, rule, now)
     if c.metric == "drift_score":
         return drift_observation(session, c.window, c.by, c.min_samples, now)
     if c.metric == "engine_ready":
         return {(): 1.0 if engine_ready() else 0.0}
-    if c.metric == "queue_fill":
-        shifted = replace(rule, condition=replace(c, metric="queue_depth_max"))
-        return {k: v / max_queue_size for k, v in _slot_metric(session, shifted, now).items()}
     if c.metric == "versions_live":
         result = {}
         for deployment in session.scalars(select(Deployment)):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Integer, Select, cast, func, select, true
+from sqlalchemy import Integer, case, cast, func, literal, select, true
 from sqlalchemy.orm import Session
 
 from alerts.rules import Insufficient, duration_text, too_little_traffic
@@ -59,46 +59,57 @@ def _under(histogram: dict[str, int], seconds: float) -> tuple[float, int]:
     return good, total
 
 
-def _bucket_sums(session: Session, model: str, start: datetime, end: datetime) -> Select:
-    """The model's histogram counts per bucket in (start, end], summed by the database from the stored JSON."""
-    # NOTE: parsing 30 days of JSON histograms in Python took ~0.5 s per SLO; the database's own JSON
-    # functions add them up several times faster, and only the buckets' sums come back.
-    if session.get_bind().dialect.name == "postgresql":
-        buckets = func.json_each_text(SlotSample.latency_hist).table_valued("key", "value")
-    else:  # SQLite's JSON1, built into every supported Python
-        buckets = func.json_each(SlotSample.latency_hist).table_valued("key", "value")
-    return (
-        select(buckets.c.key, func.sum(cast(buckets.c.value, Integer)))
-        .join_from(SlotSample, buckets, true())
-        .where(SlotSample.model == model, SlotSample.ts > start, SlotSample.ts <= end)
-        .group_by(buckets.c.key)
-    )
-
-
 # What one span of the history holds for an SLI: (good, total) requests for availability; for latency the
 # latency histogram's counts per bucket (the threshold is applied when a window is counted).
 Sums = tuple[int, int] | dict[str, int]
 Span = tuple[datetime, datetime]  # (start, end]
 
 
+def _runs(spans: Sequence[Span]) -> list[list[int]]:
+    """The indexes of `spans` (disjoint) in time order, in runs of spans that follow on without a gap."""
+    runs: list[list[int]] = []
+    for i in sorted(range(len(spans)), key=lambda i: spans[i][0]):
+        if runs and spans[runs[-1][-1]][1] == spans[i][0]:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
+
+
 def _read(session: Session, sli: SLI, model: str, spans: Sequence[Span]) -> list[Sums]:
-    """What the model's rows in each of `spans` add up to; the database does the adding up."""
-    # NOTE: one query per span, on the (model, ts) index: one query for all of them, a CASE per span and
-    # an OR of their ranges, took SQLite ~10 µs a row.
-    if sli is SLI.LATENCY:
-        return [
-            {str(index): int(count) for index, count in session.execute(_bucket_sums(session, model, *span))}
-            for span in spans
-        ]
-    good = SlotSample.successes + func.coalesce(SlotSample.client_errors, 0)
-    total = good + SlotSample.errors + SlotSample.timeouts + SlotSample.rejections
-    found: list[Sums] = []
-    for start, end in spans:
-        query = select(func.sum(good), func.sum(total)).where(
-            SlotSample.model == model, SlotSample.ts > start, SlotSample.ts <= end
+    """What the model's rows in each of `spans` (disjoint) add up to; the database does the adding up.
+
+    One query per run of adjacent spans, on the (model, ts) index, each row's span told apart by its time.
+    For latency the database adds up the stored JSON histograms per bucket (json_each): parsing 30 days
+    of them in Python took ~0.5 s per SLO, and only the buckets' sums come back.
+    """
+    # NOTE: not one query for every span: a CASE per span and an OR of their ranges took SQLite ~10 µs a row.
+    found: list[Sums] = [{} if sli is SLI.LATENCY else (0, 0) for _ in spans]
+    for run in _runs(spans):
+        which = (
+            case(*[(SlotSample.ts <= spans[i][1], i) for i in run[:-1]], else_=run[-1]) if run[1:] else literal(run[0])
         )
-        good_sum, total_sum = session.execute(query).one()
-        found.append((int(good_sum or 0), int(total_sum or 0)))
+        where = (SlotSample.model == model, SlotSample.ts > spans[run[0]][0], SlotSample.ts <= spans[run[-1]][1])
+        if sli is SLI.LATENCY:
+            if session.get_bind().dialect.name == "postgresql":
+                buckets = func.json_each_text(SlotSample.latency_hist).table_valued("key", "value")
+            else:  # SQLite's JSON1, built into every supported Python
+                buckets = func.json_each(SlotSample.latency_hist).table_valued("key", "value")
+            query = (
+                select(which, buckets.c.key, func.sum(cast(buckets.c.value, Integer)))
+                .join_from(SlotSample, buckets, true())
+                .where(*where)
+                .group_by(which, buckets.c.key)
+            )
+            for i, index, count in session.execute(query):
+                found[i][str(index)] = int(count)  # type: ignore[index]
+        else:
+            good = SlotSample.successes + func.coalesce(SlotSample.client_errors, 0)
+            total = good + SlotSample.errors + SlotSample.timeouts + SlotSample.rejections
+            for i, good_sum, total_sum in session.execute(
+                select(which, func.sum(good), func.sum(total)).where(*where).group_by(which)
+            ):
+                found[i] = (int(good_sum or 0), int(total_sum or 0))
     return found
 
 
