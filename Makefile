@@ -58,6 +58,7 @@ bench: install
 	$(PY) -m bench.grpc_transport  # what gRPC's Python server costs per call, by design (aio on uvloop, asyncio, threads)
 	$(PY) -m bench.public
 	$(PY) -m bench.history_overhead
+	$(PY) -m bench.alert_cost  # the alert evaluation's CPU against the history's length (an idle server's largest job)
 	$(PY) -m bench.rollout
 	$(PY) -m bench.label_cost
 	$(PY) -m bench.tracing_cost  # tracing off, at 1 % and 100 %, each beside the code before tracing

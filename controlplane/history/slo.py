@@ -65,11 +65,14 @@ Sums = tuple[int, int] | dict[str, int]
 Span = tuple[datetime, datetime]  # (start, end]
 
 
+RUN_SPANS = 24  # at most this many spans per query: each row's span is found by a CASE over their ends
+
+
 def _runs(spans: Sequence[Span]) -> list[list[int]]:
-    """The indexes of `spans` (disjoint) in time order, in runs of spans that follow on without a gap."""
+    """The indexes of `spans` (disjoint) in time order, in runs of up to RUN_SPANS that follow on without a gap."""
     runs: list[list[int]] = []
     for i in sorted(range(len(spans)), key=lambda i: spans[i][0]):
-        if runs and spans[runs[-1][-1]][1] == spans[i][0]:
+        if runs and spans[runs[-1][-1]][1] == spans[i][0] and len(runs[-1]) < RUN_SPANS:
             runs[-1].append(i)
         else:
             runs.append([i])
