@@ -224,6 +224,12 @@ def window_counts(
     }
     hours = {end: closed.get(slo.sli, slo.model, end) for ends in whole.values() for end in ends}  # type: ignore[union-attr]
     missing = [end for end, sums in hours.items() if sums is None]
+    if missing:  # hours that ended before the model's first row hold nothing: kept without a read
+        first = session.scalar(select(func.min(SlotSample.ts)).where(SlotSample.model == slo.model))
+        empty = dict.fromkeys([end for end in missing if first is None or end < first], _add([], slo.sli))
+        closed.keep(slo.sli, slo.model, empty)  # type: ignore[union-attr]
+        hours.update(empty)
+        missing = [end for end in missing if end not in empty]
     partial = [ring for ring in rings if ring not in whole]
     read = _read(session, slo.sli, slo.model, [*partial, *[(end - HOUR, end) for end in missing]])
     if missing:
