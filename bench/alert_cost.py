@@ -3,7 +3,7 @@
 An idle server's CPU is mostly its periodic jobs, and the largest of them reads the history: every
 `FLIGHTDECK_ALERT_INTERVAL_S` (15 s) the leader evaluates the shipped rules, whose SLO burn windows
 reach back 3 days. This fills a real SQLite file with the rows that `--workers` serving processes write
-every 10 s for `--versions` loaded versions (with `--requests` per row; 0 is an idle server), applies
+every 10 s, one version per model with an SLO (with `--requests` per row; 0 is an idle server), applies
 the retention as the leader would (raw rows older than 6 h rolled up into minutes), and prints, for
 each history length, the CPU of the first evaluation after a start (nothing kept yet) and of the ones
 after it, and what that is as a share of one core at the default interval.

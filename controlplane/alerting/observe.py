@@ -122,10 +122,6 @@ def slot_observations(session: Session, rules: list[Rule], now: datetime) -> dic
     return {w.rule.name: w.result() for w in windows}
 
 
-def _slot_metric(session: Session, rule: Rule, now: datetime) -> dict[Key, float | Insufficient]:
-    return slot_observations(session, [rule], now)[rule.name]
-
-
 def _as_slot_rule(rule: Rule) -> Rule | None:
     """The slot-metric rule whose rows give `rule`'s value (queue fill: the queue depth's), or None."""
     if isinstance(rule, BurnRule):
@@ -198,8 +194,8 @@ def observe_all(
     closed_hours: ClosedHours | None = None,
 ) -> dict[str, dict[Key, float | Insufficient]]:
     """Every rule's `observe`, by rule name; the slot-metric rules share one reading of the history."""
-    slot_rules = {rule.name: slot_rule for rule in rules if (slot_rule := _as_slot_rule(rule)) is not None}
-    shared = slot_observations(session, list(slot_rules.values()), now)
+    slot_rules = [slot_rule for rule in rules if (slot_rule := _as_slot_rule(rule)) is not None]
+    shared = slot_observations(session, slot_rules, now)
     return {
         rule.name: _filled(rule, shared[rule.name], max_queue_size)
         if rule.name in shared
@@ -227,7 +223,7 @@ def observe(
     if isinstance(rule, BurnRule):  # generated from an SLO: burn rates over two windows
         return burn_observation(session, rule, now, closed_hours)
     if (slot_rule := _as_slot_rule(rule)) is not None:
-        return _filled(rule, _slot_metric(session, slot_rule, now), max_queue_size)
+        return _filled(rule, slot_observations(session, [slot_rule], now)[rule.name], max_queue_size)
     if c.metric in DEVICE_METRICS or c.metric == "gpu_memory_fill":
         return _device_metric(session, rule, now)
     if c.metric == "drift_score":
