@@ -5,6 +5,8 @@ milliseconds, and an idle process should cost (almost) nothing. Two cheap signal
 
 - `ChangeSignal`: `PRAGMA data_version` on a connection kept for it. It is read from the shared
   WAL index (no query plan, no table read) and changes only when another connection committed.
+  Most commits are heartbeats and history rows, so its `fingerprint` (the desired-state rows, read
+  on the same connection) tells whether a commit changed anything the reconciler applies.
 - `DirectoryWatch`: inotify on the database's folder (Linux). A commit writes the -wal file, which
   wakes a thread blocked in `poll`; nothing runs between commits. Where inotify is missing, the
   reconciler falls back to reading `ChangeSignal` every poll.
@@ -43,7 +45,7 @@ log = logging.getLogger(__name__)
 # From <sys/inotify.h>: a file in the folder was written, created, or moved in.
 IN_MODIFY, IN_MOVED_TO, IN_CREATE = 0x2, 0x80, 0x100
 CHANNEL = "flightdeck_desired"
-DESIRED_TABLES = frozenset({"deployments", "engine_desired"})  # what every reconciler applies
+DESIRED_TABLES = ("deployments", "engine_desired")  # what every reconciler applies
 RECONNECT_S = 1.0  # a lost LISTEN connection is tried again this often (the safety poll covers the gap)
 
 
@@ -79,6 +81,21 @@ class ChangeSignal:
             return True
         changed, self._last = version != self._last, version
         return changed
+
+    def fingerprint(self) -> tuple | None:
+        """Return every row of the desired-state tables as they are now, or None when they could not be read.
+
+        A commit elsewhere (a heartbeat, a history row) changes `data_version` but not these rows; a reader
+        that compares fingerprints skips a pass for it. Read on the kept connection: no SQLAlchemy, a few µs.
+        """
+        try:
+            if self._conn is None:
+                self._conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            # NOTE: `SELECT *`, so a column added later is covered without a change here.
+            return tuple(tuple(self._conn.execute(f"SELECT * FROM {table} ORDER BY 1")) for table in DESIRED_TABLES)
+        except sqlite3.Error:
+            log.warning("could not read the desired-state tables directly; reconciling anyway", exc_info=True)
+            return None
 
     def close(self) -> None:
         """Close the kept connection (a later `changed()` reopens it)."""

@@ -4,8 +4,10 @@ Order keeps traffic flowing: load (and verify) what a slot should hold, then set
 reload the slots asked for, then unload what no slot should hold. Inside one process it is woken
 at once after a write. Other processes' writes: on SQLite, an inotify watch of the database's
 folder wakes it when any commit lands, and a pass runs only when `PRAGMA data_version` says another
-connection committed (controlplane.desiredchanges), so an idle process does nearly nothing; without
-inotify that counter is read every poll. On PostgreSQL every node LISTENs for the NOTIFY that each
+connection committed and the desired-state rows differ from those the last pass began with
+(controlplane.desiredchanges), so an idle process does nearly nothing: the heartbeats and history rows
+that commit every few seconds cost a read of two small tables, not a pass. Without inotify that
+counter is read every poll. On PostgreSQL every node LISTENs for the NOTIFY that each
 desired-state write sends in its transaction, and wakes at once; a pass (one small indexed read)
 also runs every `safety_poll_s` in case a notification was lost, or every second where LISTEN is
 unavailable. Engine-wide desired state (batching limits, memory compaction) is applied in the same
@@ -38,8 +40,9 @@ log = logging.getLogger(__name__)
 
 Locate = Callable[[str, str], Path]
 HEARTBEAT_S = 10.0  # engine_status.updated_at is refreshed at least this often (FLIGHTDECK_HEARTBEAT_S)
-# With a directory watch: how long to keep polling the change counter after a wake-up (a commit's last
-# write can land a moment after its inotify event), and how often to look when nothing woke us.
+# With a directory watch: how long at most to keep polling the change counter after a wake-up (a commit
+# lands a moment after its -wal write's inotify event; polling stops at the first quiet look after the
+# counter moved), and how often to look when nothing woke us.
 SETTLE_S = 0.2
 WATCHED_POLL_S = 1.0
 UNWATCHED_POLL_S = 1.0  # PostgreSQL without LISTEN: never read the tables more often than this while idle
@@ -96,6 +99,7 @@ class Reconciler:
         self._reported_at = 0.0
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._asked = False  # wake() was called: a pass whatever the change counter says
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._watch: DirectoryWatch | None = None
@@ -109,6 +113,7 @@ class Reconciler:
 
     def wake(self) -> None:
         """Ask for a pass now (called after this process wrote desired state)."""
+        self._asked = True
         self._wake.set()
 
     def start(self) -> None:
@@ -175,21 +180,33 @@ class Reconciler:
         return min(WATCHED_POLL_S if self._watch is not None and not settling else self._poll_s, beat)
 
     def _loop(self, signal: ChangeSignal | None) -> None:
-        last_pass, settle_until, retry = time.monotonic(), 0.0, False
+        settle_until, landed, retry = 0.0, False, False
+        applied: tuple | None = None  # the desired-state rows when the last pass began (SQLite only)
         try:
             while not self._stop.is_set():
                 woken = self._wake.wait(self._timeout(time.monotonic() < settle_until))
                 self._wake.clear()
+                asked, self._asked = self._asked, False
                 if self._stop.is_set():
                     return
                 now = time.monotonic()
                 if woken:
-                    settle_until = now + SETTLE_S
-                changed = signal is None or signal.changed()  # NOTE: read every time, so a pass resets it
-                due = now - last_pass >= self.heartbeat_s / 2  # the engine_status heartbeat needs a pass now and then
-                if not (woken or changed or due or retry):
+                    settle_until, landed = now + SETTLE_S, False
+                committed = signal is None or signal.changed()  # NOTE: read every time, so a pass resets it
+                if committed:
+                    landed = True
+                elif landed:
+                    settle_until = 0.0  # the commit we were woken for is visible and nothing followed it
+                changed = committed
+                if committed and signal is not None:
+                    rows = signal.fingerprint()
+                    changed = rows is None or rows != applied
+                    applied = rows  # NOTE: read before the pass: a write during it is seen at the next look
+                # The engine_status heartbeat is due (the heartbeat job, where there is one, refreshes it first).
+                due = now - self._reported_at >= self.heartbeat_s
+                if not (asked or changed or due or retry):
                     continue
-                last_pass, retry = now, False
+                retry = False
                 try:
                     self.reconcile()
                 except Exception:

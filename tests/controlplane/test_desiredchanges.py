@@ -70,3 +70,52 @@ def test_the_reconciler_applies_another_processs_write_without_being_woken(app, 
     finally:
         other.close()
     wait_until(lambda: engine.batching.max_queue_size == 9, 10, "the reconciler to apply the other process's write")
+
+
+def test_the_fingerprint_is_the_desired_state_rows_and_moves_with_them_only(app, home: Path) -> None:
+    signal = ChangeSignal(str(home / "flightdeck.db"))
+    other = sqlite3.connect(home / "flightdeck.db", isolation_level=None, timeout=5)
+    try:
+        before = signal.fingerprint()
+        assert before is not None and len(before) == 2  # deployments, engine_desired
+        other.execute("UPDATE engine_status SET error = 'elsewhere'")  # a heartbeat-like commit
+        assert signal.fingerprint() == before
+        other.execute("UPDATE engine_desired SET max_queue_size = 7 WHERE id = 1")
+        assert signal.fingerprint() != before
+    finally:
+        other.close()
+        signal.close()
+
+
+def test_commits_that_leave_the_desired_state_alone_cost_no_pass(app, home: Path, monkeypatch) -> None:
+    """Heartbeats and history rows commit every few seconds; only a desired-state write may start a pass."""
+    from controlplane.rollout.reconciler import Reconciler
+
+    services = app.extensions["flightdeck"]
+    services.reconciler.heartbeat_s = 3600.0  # NOTE: no pass for the heartbeat's sake during the test
+    passes, looked = [], threading.Semaphore(0)
+    real_reconcile, real_fingerprint = Reconciler.reconcile, ChangeSignal.fingerprint
+
+    def reconcile(self: Reconciler) -> int:
+        passes.append(threading.current_thread().name)
+        return real_reconcile(self)
+
+    def fingerprint(self: ChangeSignal) -> tuple | None:
+        rows = real_fingerprint(self)
+        looked.release()
+        return rows
+
+    monkeypatch.setattr(Reconciler, "reconcile", reconcile)
+    monkeypatch.setattr(ChangeSignal, "fingerprint", fingerprint)
+    other = sqlite3.connect(home / "flightdeck.db", isolation_level=None, timeout=5)
+    try:
+        for n in range(5):
+            other.execute("UPDATE engine_status SET error = ?", (f"commit {n}",))
+            assert looked.acquire(timeout=10), "the reconciler did not look at a commit"
+        assert passes == []
+        other.execute("UPDATE engine_desired SET generation = generation + 1, max_queue_size = 9 WHERE id = 1")
+    finally:
+        other.close()
+    engine = services.engine
+    wait_until(lambda: engine.batching.max_queue_size == 9, 10, "the reconciler to apply the other process's write")
+    assert passes == ["reconciler"]
