@@ -23,7 +23,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 from prometheus_client.registry import Collector
 
 from controlplane import exemplars
-from controlplane.metricsflush import Buffer, Count, flush_all
+from controlplane.metricsflush import Buffer, Count, flush_all, mark_due
 from serving.batching import RequestOutcome
 from serving.errors import ModelNotFound
 from serving.telemetry import sample_gpus
@@ -250,12 +250,14 @@ class SlotMetrics:
                 self._queue.observe(queue_s)
                 self._compute.observe(compute_s)
                 self._total.observe(total_s)
+        mark_due()
 
     def request_refused(self, kind: str) -> None:
         count = self._kind(kind)
         with self._lock:
             self._outcomes[RequestOutcome.CLIENT_ERROR].n += 1
             count.n += 1
+        mark_due()
 
     def _kind(self, kind: str) -> Count:
         """The cell of one client-error kind, made at its first use (outside the buffer's lock, which making takes)."""
@@ -272,11 +274,13 @@ class SlotMetrics:
             if padded_tokens:
                 self._real.n += real_tokens
                 self._padded.n += padded_tokens
+        mark_due()
 
     def lone_ran(self) -> None:
         """Count a run on the lone-request session (called after `batch_done` of the same run)."""
         with self._lock:
             self._lone.n += 1
+        mark_due()
 
     def labels_done(self, counted: dict[tuple[str, str], int]) -> None:
         """Count one batch's predicted labels (already bounded: serving.predictions)."""
@@ -286,6 +290,7 @@ class SlotMetrics:
         with self._lock:
             for key, n in counted.items():
                 self._predicted[key].n += n
+        mark_due()
 
     def queue_changed(self, depth: int) -> None:
         self._depth.set(depth)

@@ -4,8 +4,10 @@ Under gunicorn every `inc`, `observe` and `set` of prometheus_client's multiproc
 locked write into an mmap'd file, with an `os.getpid` call; one request made eleven of them (about
 11 µs, measured in issue 13). A `Buffer` instead adds to plain numbers under one lock per request,
 and `flush_all` writes what gathered since the last flush: from one background thread every
-`FLUSH_INTERVAL_S`, in the process that renders /metrics just before it renders, and at exit.
-Another worker's counts therefore reach /metrics at most `FLUSH_INTERVAL_S` late; totals are exact.
+`FLUSH_INTERVAL_S` while anything is counted, in the process that renders /metrics just before it
+renders, and at exit. Another worker's counts therefore reach /metrics at most `FLUSH_INTERVAL_S`
+late; totals are exact. Writers call `mark_due()`, so an idle process's flusher sleeps until there is
+something to write instead of waking twice a second to find nothing.
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ class Buffer:
 
     def _retire(self) -> None:
         self._retired = True
+        _due.set()  # its last counts are written, and the buffer dropped, at the next flush
 
     def flush(self) -> bool:
         """Write what gathered since the last flush; return False once the owner is gone (nothing more will come)."""
@@ -118,18 +121,19 @@ class Buffer:
 
 
 _buffers: list[Buffer] = []
+_due = threading.Event()  # set by the first update after a flush (and by a retired buffer): the flusher wakes
 _registry_lock = threading.Lock()
 _flush_lock = threading.Lock()  # NOTE: one flush at a time, so a render's flush returns after every earlier write
 _flusher_pid: int | None = None
 
 
 def _register(buffer: Buffer) -> None:
-    global _flusher_pid
+    global _flusher_pid, _due
     with _registry_lock:
-        _buffers.append(buffer)
         if _flusher_pid != os.getpid():  # first buffer in this process (a forked child starts its own)
-            _flusher_pid = os.getpid()
+            _flusher_pid, _due = os.getpid(), threading.Event()  # NOTE: not one a parent's thread held
             threading.Thread(target=_flush_forever, name="metrics-flush", daemon=True).start()
+        _buffers.append(buffer)
 
 
 def flush_all(timeout_s: float = -1) -> None:
@@ -147,10 +151,18 @@ def flush_all(timeout_s: float = -1) -> None:
         _flush_lock.release()
 
 
+def mark_due() -> None:
+    """Tell the flusher that something waits to be written (a flag read when it already knows)."""
+    if not _due.is_set():
+        _due.set()
+
+
 def _flush_forever() -> None:
-    wake = threading.Event()  # never set: a timer that needs no sleep call
+    gather = threading.Event()  # never set: a timer that needs no sleep call
     while True:
-        wake.wait(FLUSH_INTERVAL_S)
+        _due.wait()  # NOTE: idle, the thread sleeps here: nothing was counted since the last flush
+        gather.wait(FLUSH_INTERVAL_S)  # what comes meanwhile goes in the same flush
+        _due.clear()  # NOTE: before the flush: an update during it sets it again, for the next one
         try:
             flush_all()
         except Exception:  # NOTE: a failed write must not end flushing for the life of the process

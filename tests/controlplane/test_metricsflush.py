@@ -40,6 +40,12 @@ for line in sys.stdin:
         if args[1:] == ["lone"]:  # a run on the lone-request session
             slot.lone_ran()
         answer = "ok"
+    elif command == "refused":
+        slot.request_refused(args[0])
+        answer = "ok"
+    elif command == "labels":
+        slot.labels_done({("label", args[0]): 2})
+        answer = "ok"
     else:
         answer = metrics.render("node-a").decode()
     print(json.dumps(answer), flush=True)
@@ -82,8 +88,10 @@ def merged(directory: Path) -> dict[tuple[str, tuple], float]:
     }
 
 
-def value(samples: dict, name: str, **labels: str) -> float:
-    return samples.get((name, tuple(sorted({**LABELS, **labels}.items()))), 0.0)
+def value(samples: dict, name: str, **labels: str | None) -> float:
+    """The sample of `name` with LABELS and `labels` (a label given as None is one the metric does not have)."""
+    wanted = {k: v for k, v in {**LABELS, **labels}.items() if v is not None}
+    return samples.get((name, tuple(sorted(wanted.items()))), 0.0)
 
 
 def reference(queue_values: list[float]) -> dict[str, float]:
@@ -149,3 +157,26 @@ def test_counts_from_two_processes_add_up_exactly_after_their_flushes(directory:
     assert value(samples, "flightdeck_inference_batch_size_bucket", le="1.0") == 1
     assert value(samples, "flightdeck_inference_batch_size_bucket", le="2.0") == 2
     assert value(samples, "flightdeck_inference_batch_size_bucket", le="4.0") == 3
+
+
+def test_each_kind_of_update_alone_wakes_the_flusher(directory: Path) -> None:
+    """An idle flusher sleeps until something is counted: every update must wake it, or its counts wait."""
+    worker = Worker(directory)
+    try:
+        steps = (
+            ("request success 0.001 0.001 0.002", "flightdeck_inference_requests_total", {"outcome": "success"}),
+            ("refused shape", "flightdeck_inference_client_errors_total", {"reason": "shape"}),
+            ("batch 3", "flightdeck_inference_exec_count_total", {}),
+            ("batch 1 lone", "flightdeck_inference_lone_runs_total", {}),
+            ("labels cat", "flightdeck_prediction_label_total", {"slot": None, "output": "label", "label": "cat"}),
+        )
+        for line, name, labels in steps:
+            before = value(merged(directory), name, **labels)
+            assert worker.send(line) == "ok"
+            wait_until(
+                lambda: value(merged(directory), name, **labels) > before,  # noqa: B023 (called at once)
+                10 * FLUSH_INTERVAL_S,
+                f"the background flush to write {line!r}",
+            )
+    finally:
+        assert worker.exit() == 0
