@@ -90,6 +90,7 @@ class LeaderScheduler:
         self.holder = f"{process}:{uuid.uuid4().hex[:8]}"
         self._leader = False
         self._leads_until = 0.0  # time.monotonic() after which this process stops acting as leader
+        self._cluster_jobs: list[str] = []  # paused while this process follows (see _follow_or_lead)
         self._scheduler = BackgroundScheduler(timezone=UTC, job_defaults={"coalesce": True, "max_instances": 1})
 
     @property
@@ -117,6 +118,7 @@ class LeaderScheduler:
             self._leads_until = started + self._ttl_s - min(CLOCK_MARGIN_S, self._ttl_s / 4)
         if leader != self._leader:
             log.info("scheduler %s %s the lease", self.holder, "took" if leader else "lost")
+            self._follow_or_lead(self._cluster_jobs, leader)
         self._leader = leader
         if self._on_renewed is not None:
             self._on_renewed(leader)
@@ -140,10 +142,24 @@ class LeaderScheduler:
         """Run `func` every `seconds`, in the lease holder only."""
 
         def guarded() -> None:
-            if self.is_leader:
+            if self.is_leader:  # NOTE: a lease can run out between renewals, before the job is paused
                 func()
 
         self.add_local_job(guarded, seconds, job_id)
+        self._cluster_jobs.append(job_id)
+        self._follow_or_lead([job_id], self._leader)
+
+    def _follow_or_lead(self, job_ids: list[str], leader: bool) -> None:
+        """Resume cluster jobs in the leader and pause them elsewhere.
+
+        A follower's timers would only wake its threads to do nothing: a follower dispatched two jobs a
+        second for that on an idle server. A resumed job's next run is its next interval from now.
+        """
+        for job_id in job_ids:
+            if leader:
+                self._scheduler.resume_job(job_id)
+            else:
+                self._scheduler.pause_job(job_id)
 
     def run_now(self, job_id: str) -> None:
         """Run a scheduled job once, now, in this thread (cluster jobs still only in the leader)."""

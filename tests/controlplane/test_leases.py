@@ -6,6 +6,7 @@ The PostgreSQL cases skip when psycopg or the server binaries are absent.
 from __future__ import annotations
 
 import importlib.util
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -98,3 +99,31 @@ def test_cluster_jobs_run_in_the_leader_only(engine: Engine) -> None:
     second.run_now("job")
     assert runs == ["first", "second"]
     second.shutdown()
+
+
+def test_a_followers_cluster_jobs_are_paused_until_it_takes_the_lease(engine: Engine) -> None:
+    """A follower's timers would wake its threads only for the guard to do nothing (two a second when idle)."""
+    from apscheduler.events import EVENT_JOB_EXECUTED
+
+    sessions = session_factory(engine)
+    leader, follower = LeaderScheduler(sessions, ttl_s=30), LeaderScheduler(sessions, ttl_s=30)
+    ran = {"leader": threading.Semaphore(0), "follower": threading.Semaphore(0)}
+    dispatched: list[str] = []
+    for name, scheduler in (("leader", leader), ("follower", follower)):
+        scheduler.add_cluster_job(ran[name].release, 0.05, "job")
+        scheduler._scheduler.add_listener(
+            lambda e, name=name: dispatched.append(name) if e.job_id == "job" else None, EVENT_JOB_EXECUTED
+        )
+    leader.start()
+    follower.start()
+    try:
+        assert leader.is_leader and not follower.is_leader
+        for _ in range(5):
+            assert ran["leader"].acquire(timeout=10), "the leader's job stopped running"
+        assert "follower" not in dispatched  # its timer never fired, not even to skip
+        leader.shutdown()  # hands the lease on
+        assert follower.renew()
+        assert ran["follower"].acquire(timeout=10), "the new leader's job did not start"
+    finally:
+        leader.shutdown()
+        follower.shutdown()
