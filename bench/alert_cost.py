@@ -33,6 +33,22 @@ from controlplane.windowjobs import build_evaluator, load_alert_rules
 STEP_S = 10  # the sampler's default interval (FLIGHTDECK_HISTORY_INTERVAL_S)
 
 
+def _served(requests: int) -> dict:
+    """The JSON columns of a row that served `requests`, shaped as a classifier's rows are: a few latency and
+    compute buckets, ten predicted labels, one sampled input's summary over twenty bins."""
+    quarter, tenth, twentieth = requests // 4, requests // 10, requests // 20
+    return {
+        "latency_hist": {str(b): quarter for b in (38, 39, 40, 41)},
+        "batch_sizes": {"1": requests},
+        "compute_hist": {"1": {str(b): quarter for b in (30, 31, 32, 33)}},
+        "label_counts": {"logits": {str(label): tenth for label in range(10)}},
+        "input_summaries": {
+            "input": {"n": requests, "sum": 0.5 * requests, "sumsq": 0.3 * requests,
+                      "bins": {str(b): twentieth for b in range(20)}},
+        },
+    }  # fmt: skip
+
+
 def seed(sessions, start_h: float, end_h: float, now, workers: int, versions: list[tuple[str, str]], requests: int):
     """Write the rows of (now - end_h, now - start_h] as `workers` processes' samplers would."""
     with sessions() as session, session.begin():
@@ -51,10 +67,9 @@ def seed(sessions, start_h: float, end_h: float, now, workers: int, versions: li
                             version=version,
                             slot="blue",
                             successes=requests,
-                            latency_hist={"40": requests} if requests else {},
                             latency_sum_s=0.002 * requests,
                             batches=requests,
-                            batch_sizes={"1": requests} if requests else {},
+                            **(_served(requests) if requests else {}),
                         )  # fmt: skip
                     )
                 session.add(

@@ -19,8 +19,9 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Row, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from alerts.rules import Insufficient, duration_text
@@ -104,20 +105,34 @@ def reference_of(session: Session, model: str, version: str) -> Reference | None
     return Reference(start, start + DEFAULT_REFERENCE, "first_day")
 
 
-def aggregate(session: Session, model: str, version: str, start: datetime, end: datetime) -> SlotAggregate:
-    """Add up one version's rows (every slot, process and resolution) ending in (start, end]."""
-    agg = SlotAggregate()
+# What drift adds up of a row: whether the version served (successes), what it answered, what it was asked.
+_DRIFT_COLUMNS = (SlotSample.successes, SlotSample.label_counts, SlotSample.input_summaries)
+
+
+def _rows(session: Session, model: str, version: str, start: datetime, end: datetime, *columns: Any):
     # NOTE: streamed, STREAM_ROWS at a time, and only the columns added up (issue 29, item 8): the leader runs
-    # this every minute (drift-score) and every alert evaluation (the drift rule) over a version's first day,
-    # and reading whole ORM rows, all at once, held ~5 KB per row: 80 MB at 16,000 rows, a peak that grew with
-    # the history and left the lease holder's RSS that much higher (glibc keeps freed heap).
-    query = (
-        select(*SlotAggregate.columns())
+    # this every minute (drift-score) and every alert evaluation (the drift rule), and reading whole ORM rows,
+    # all at once, held ~5 KB per row: 80 MB at 16,000 rows, a peak that grew with the history and left the
+    # lease holder's RSS that much higher (glibc keeps freed heap). Decoding the latency and batch JSON that
+    # drift never reads was most of each evaluation's cost.
+    return session.execute(
+        select(*columns, *_DRIFT_COLUMNS)
         .where(SlotSample.model == model, SlotSample.version == version, SlotSample.ts > start, SlotSample.ts <= end)
         .execution_options(yield_per=STREAM_ROWS)
     )
-    for row in session.execute(query):
-        agg.add(row)
+
+
+def _add(agg: SlotAggregate, row: Row[Any]) -> None:
+    agg.successes += row.successes
+    agg.add_answers(row)
+
+
+def aggregate(session: Session, model: str, version: str, start: datetime, end: datetime) -> SlotAggregate:
+    """Add up what drift compares of one version's rows (every slot, process and resolution) ending in (start,
+    end]: its successes, predicted labels and sampled inputs; the aggregate's other figures stay zero."""
+    agg = SlotAggregate()
+    for row in _rows(session, model, version, start, end):
+        _add(agg, row)
     return agg
 
 
@@ -168,30 +183,115 @@ def compare(window: SlotAggregate, reference: SlotAggregate, min_samples: int = 
 
 
 class ReferenceCache:
-    """Aggregates of reference windows that have ended: immutable, so each is read from the database once.
+    """Aggregates of reference windows: one that has ended is read from the database once, and one still open
+    (a version in its first day) is read in full only once an hour, then only at its recent end.
 
-    NOTE: keyed by the window itself, so a newly pinned window is a new entry; a reference still open
-    (a version in its first day) is read again each time. Retention rolling rows up does not change
-    their sums, so a cached aggregate stays right.
+    NOTE: keyed by the window itself, so a newly pinned window is a new entry. Retention rolling rows up does
+    not change their sums, so a kept aggregate stays right. An open reference's rows up to `SETTLED` ago are
+    kept (`_Settled`), cut on a whole minute, which rollups never move a row across: before, every alert
+    evaluation (15 s) and drift score (60 s) re-read the version's whole day so far, 120 ms an hour in.
     """
+
+    SETTLED = timedelta(minutes=10)  # rows are written at their interval's end: older ones no longer change
+    TTL = timedelta(hours=1)  # an open reference's kept part is read again this often, so a late row is counted
 
     def __init__(self, limit: int = 256) -> None:
         self._entries: dict[tuple[str, str, datetime, datetime], SlotAggregate] = {}
+        self._open: dict[tuple[str, str, datetime, datetime], _Settled] = {}
         self._limit = limit
 
     def get(self, session: Session, model: str, version: str, reference: Reference, now: datetime) -> SlotAggregate:
         key = (model, version, reference.start, reference.end)
         found = self._entries.get(key)
-        if found is None:
-            found = aggregate(session, model, version, reference.start, min(reference.end, now))
-            if reference.end <= now:
-                if len(self._entries) >= self._limit:
-                    self._entries.pop(next(iter(self._entries)))
-                self._entries[key] = found
+        if found is not None:
+            return found
+        if reference.end <= now:
+            found = aggregate(session, model, version, reference.start, reference.end)
+            self._open.pop(key, None)
+            _bounded_put(self._entries, key, found, self._limit)
+            return found
+        settled = _minute_floor(max(reference.start, now - self.SETTLED))
+        kept = self._open.get(key)
+        if kept is None or settled < kept.upto or now - kept.read_at >= self.TTL:
+            kept = _Settled(reference.start, SlotAggregate(), now)
+            _bounded_put(self._open, key, kept, self._limit)
+        if settled > kept.upto:
+            kept.aggregate.merge(aggregate(session, model, version, kept.upto, settled))
+            kept.upto = settled
+        found = SlotAggregate()
+        found.merge(kept.aggregate)
+        found.merge(aggregate(session, model, version, kept.upto, now))
         return found
 
 
+@dataclass
+class _Settled:
+    """An open reference's rows in (its start, `upto`], added up; read from the database since `read_at`."""
+
+    upto: datetime
+    aggregate: SlotAggregate
+    read_at: datetime
+
+
+class WindowSums:
+    """The drift sums of a recent window (the drift rule's and the drift-score job's hour, every 15 and 60 s),
+    kept per whole minute once it has settled: each look reads only the window's ragged first minute and its
+    last `ReferenceCache.SETTLED`, and adds up the kept minutes between.
+
+    NOTE: a minute is cut on whole minutes, which rollups never move a row across, and kept at most `TTL`, so a
+    row that came later than `SETTLED` is counted within the hour. Windows longer than `LONGEST` are read whole.
+    """
+
+    LONGEST = timedelta(hours=6)
+
+    def __init__(self) -> None:
+        # (model, version) -> minute end -> (the sums of the rows ending in that minute, when they were read)
+        self._minutes: dict[tuple[str, str], dict[datetime, tuple[SlotAggregate, datetime]]] = {}
+
+    def get(self, session: Session, model: str, version: str, start: datetime, end: datetime) -> SlotAggregate:
+        first, settled = _minute_ceil(start), _minute_floor(end - ReferenceCache.SETTLED)
+        if settled <= first or end - start > self.LONGEST:
+            return aggregate(session, model, version, start, end)
+        kept = self._minutes.setdefault((model, version), {})
+        for minute in [m for m, (_, read_at) in kept.items() if m <= first or end - read_at >= ReferenceCache.TTL]:
+            del kept[minute]
+        wanted = [first + timedelta(minutes=i + 1) for i in range(int((settled - first).total_seconds()) // 60)]
+        missing = [m for m in wanted if m not in kept]
+        if missing:
+            sums = {m: SlotAggregate() for m in missing}
+            for row in _rows(session, model, version, missing[0] - timedelta(minutes=1), missing[-1], SlotSample.ts):
+                if (agg := sums.get(_minute_ceil(row.ts))) is not None:  # NOTE: kept minutes between are not read twice
+                    _add(agg, row)
+            kept.update((m, (agg, end)) for m, agg in sums.items())
+        found = aggregate(session, model, version, start, first)
+        for minute in wanted:
+            found.merge(kept[minute][0])
+        found.merge(aggregate(session, model, version, settled, end))
+        return found
+
+    def forget(self, keep: set[tuple[str, str]]) -> None:
+        """Drop the minutes of versions no longer seen."""
+        for key in set(self._minutes) - keep:
+            del self._minutes[key]
+
+
+def _minute_floor(ts: datetime) -> datetime:
+    return ts.replace(second=0, microsecond=0)
+
+
+def _minute_ceil(ts: datetime) -> datetime:
+    floor = _minute_floor(ts)
+    return floor if floor == ts else floor + timedelta(minutes=1)
+
+
+def _bounded_put(entries: dict, key: tuple, value: object, limit: int) -> None:
+    if key not in entries and len(entries) >= limit:
+        entries.pop(next(iter(entries)))  # the oldest
+    entries[key] = value
+
+
 _REFERENCES = ReferenceCache()
+_WINDOWS = WindowSums()
 
 
 def versions_seen(session: Session, start: datetime, end: datetime, model: str | None = None) -> list[tuple[str, str]]:
@@ -210,12 +310,17 @@ def drift(
     end: datetime,
     cache: ReferenceCache | None = None,
     min_samples: int = MIN_SAMPLES,
+    windows: WindowSums | None = None,
 ) -> tuple[Reference | None, list[Score]]:
-    """Return a version's reference and its scores over the window (start, end]."""
+    """Return a version's reference and its scores over the window (start, end]; `windows` keeps the sums of the
+    window's settled minutes for the next look (the leader's recurring window, ending now)."""
     reference = reference_of(session, model, version)
     if reference is None:
         return None, []
-    window = aggregate(session, model, version, start, end)
+    if windows is None:
+        window = aggregate(session, model, version, start, end)
+    else:
+        window = windows.get(session, model, version, start, end)
     then = (cache or ReferenceCache()).get(session, model, version, reference, end)
     return reference, compare(window, then, min_samples)
 
@@ -336,8 +441,10 @@ def drift_observation(
     """What a drift rule sees: per label set, the largest score over the window (Insufficient with too few samples)."""
     needed = min_samples or MIN_SAMPLES
     found: dict[tuple[tuple[str, str], ...], float | Insufficient] = {}
-    for model, version in versions_seen(session, now - window, now):
-        _, scored = drift(session, model, version, now - window, now, _REFERENCES, needed)
+    seen = versions_seen(session, now - window, now)
+    _WINDOWS.forget(set(seen))
+    for model, version in seen:
+        _, scored = drift(session, model, version, now - window, now, _REFERENCES, needed, _WINDOWS)
         for score in scored:
             labels = {"model": model, "version": version, "feature": feature_label(score)}
             key = tuple((name, labels.get(name, "")) for name in by)
@@ -364,8 +471,10 @@ def current_scores(
     now = now or utcnow()
     readings: list[DriftReading] = []
     with sessions() as session:
-        for model, version in versions_seen(session, now - window, now):
-            _, scored = drift(session, model, version, now - window, now, _REFERENCES)
+        seen = versions_seen(session, now - window, now)
+        _WINDOWS.forget(set(seen))
+        for model, version in seen:
+            _, scored = drift(session, model, version, now - window, now, _REFERENCES, windows=_WINDOWS)
             readings += [(model, version, s.kind, s.name, s.score) for s in scored if s.score is not None]
     return readings
 

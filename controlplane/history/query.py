@@ -91,12 +91,44 @@ class SlotAggregate:
         self.shadow_agreed += row.shadow_agreed or 0
         for size, counts in (row.compute_hist or {}).items():
             self.compute.setdefault(int(size), Histogram()).merge(Histogram.from_dict(counts))
+        self.add_answers(row)
+
+    def add_answers(self, row: SlotSample | Row[Any]) -> None:
+        """Add one row's predicted labels and sampled inputs alone: all that drift compares."""
         for output, counts in (row.label_counts or {}).items():
             mine = self.labels.setdefault(output, {})
             for label, count in counts.items():
                 mine[label] = mine.get(label, 0) + count
         if row.input_summaries:
             inputstats.merge(self.inputs, row.input_summaries)
+
+    def merge(self, other: SlotAggregate) -> None:
+        """Add another aggregate into this one, as if its rows had been added here (nothing of `other` is shared)."""
+        self.successes += other.successes
+        self.errors += other.errors
+        self.client_errors += other.client_errors
+        for kind, count in other.client_error_kinds.items():
+            self.client_error_kinds[kind] = self.client_error_kinds.get(kind, 0) + count
+        self.timeouts += other.timeouts
+        self.rejections += other.rejections
+        self.latency.merge(other.latency)
+        self.latency_sum_s += other.latency_sum_s
+        self.queue_max = max(self.queue_max, other.queue_max)
+        self.queue_area += other.queue_area
+        self.batches += other.batches
+        for size, count in other.batch_sizes.items():
+            self.batch_sizes[size] = self.batch_sizes.get(size, 0) + count
+        self.real_tokens += other.real_tokens
+        self.padded_tokens += other.padded_tokens
+        self.shadow_compared += other.shadow_compared
+        self.shadow_agreed += other.shadow_agreed
+        for size, histogram in other.compute.items():
+            self.compute.setdefault(size, Histogram()).merge(histogram)
+        for output, counts in other.labels.items():
+            mine = self.labels.setdefault(output, {})
+            for label, count in counts.items():
+                mine[label] = mine.get(label, 0) + count
+        inputstats.merge(self.inputs, other.inputs)
 
     @property
     def requests(self) -> int:
