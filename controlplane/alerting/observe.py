@@ -61,13 +61,13 @@ class _SlotWindow:
         key = _key({"model": row.model, "version": row.version, "slot": row.slot}, c.by)
         if c.aggregation == "avg":
             # NOTE: one aggregate over the window (errors / requests), not an average of per-interval ratios.
-            self._merged[key].add(row)
+            self._merged[key].add_figures(row)
             return
         if key in self._current and self._current[key][0] != row.ts:
             self._close(key)
         if key not in self._current:
             self._current[key] = (row.ts, SlotAggregate())
-        self._current[key][1].add(row)
+        self._current[key][1].add_figures(row)
 
     def _close(self, key: Key) -> None:
         _, agg = self._current.pop(key)
@@ -103,7 +103,8 @@ class _SlotWindow:
 def slot_observations(session: Session, rules: list[Rule], now: datetime) -> dict[str, dict[Key, float | Insufficient]]:
     """The values of every slot-metric rule (SLOT_METRICS), by rule name, from one reading of the history.
 
-    NOTE: streamed, and only the columns used (issue 29, item 8): whole ORM rows read at once made each
+    NOTE: streamed, and only the columns used (issue 29, item 8; no slot metric reads the compute histograms or
+    the answers, the largest JSON of a row under traffic): whole ORM rows read at once made each
     evaluation's peak grow with the window's rows, and the lease holder's RSS with it. One stream for all
     the rules, from the earliest start: each rule read (and decoded the JSON of) its own window's rows before.
     """
@@ -111,7 +112,7 @@ def slot_observations(session: Session, rules: list[Rule], now: datetime) -> dic
     if not windows:
         return {}
     rows = session.execute(
-        select(SlotSample.ts, SlotSample.model, SlotSample.version, SlotSample.slot, *SlotAggregate.columns())
+        select(SlotSample.ts, SlotSample.model, SlotSample.version, SlotSample.slot, *SlotAggregate.columns(True))
         .where(SlotSample.ts > min(w.start for w in windows), SlotSample.ts <= now)
         .order_by(SlotSample.ts)
         .execution_options(yield_per=STREAM_ROWS)

@@ -60,13 +60,23 @@ class SlotAggregate:
         "input_summaries",
     )  # fmt: skip
 
+    # What `value` needs (every slot metric): all but the compute histograms and the answers, the largest JSON.
+    FIGURES = tuple(name for name in COLUMNS if name not in ("compute_hist", "label_counts", "input_summaries"))
+
     @classmethod
-    def columns(cls) -> tuple[Any, ...]:
-        """The SlotSample columns `add` reads, to select instead of whole ORM rows."""
-        return tuple(getattr(SlotSample, name) for name in cls.COLUMNS)
+    def columns(cls, figures_only: bool = False) -> tuple[Any, ...]:
+        """The SlotSample columns `add` (or `add_figures`) reads, to select instead of whole ORM rows."""
+        return tuple(getattr(SlotSample, name) for name in (cls.FIGURES if figures_only else cls.COLUMNS))
 
     def add(self, row: SlotSample | Row[Any]) -> None:
         """Add one history row (an ORM object, or a row of `COLUMNS`)."""
+        self.add_figures(row)
+        for size, counts in (row.compute_hist or {}).items():
+            self.compute.setdefault(int(size), Histogram()).merge(Histogram.from_dict(counts))
+        self.add_answers(row)
+
+    def add_figures(self, row: SlotSample | Row[Any]) -> None:
+        """Add what every slot metric (`value`) needs of one row (a row of `FIGURES` will do)."""
         self.successes += row.successes
         self.errors += row.errors
         self.client_errors += row.client_errors or 0
@@ -89,9 +99,6 @@ class SlotAggregate:
         self.padded_tokens += row.padded_tokens
         self.shadow_compared += row.shadow_compared or 0
         self.shadow_agreed += row.shadow_agreed or 0
-        for size, counts in (row.compute_hist or {}).items():
-            self.compute.setdefault(int(size), Histogram()).merge(Histogram.from_dict(counts))
-        self.add_answers(row)
 
     def add_answers(self, row: SlotSample | Row[Any]) -> None:
         """Add one row's predicted labels and sampled inputs alone: all that drift compares."""
