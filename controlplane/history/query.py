@@ -25,6 +25,11 @@ from serving.histogram import Histogram
 _QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p999": 0.999}
 
 
+def _add_counts(into: dict, counts: dict) -> None:
+    for key, count in counts.items():
+        into[key] = into.get(key, 0) + count
+
+
 @dataclass
 class SlotAggregate:
     """Everything the slot metrics need, added up over rows."""
@@ -103,9 +108,7 @@ class SlotAggregate:
     def add_answers(self, row: SlotSample | Row[Any]) -> None:
         """Add one row's predicted labels and sampled inputs alone: all that drift compares."""
         for output, counts in (row.label_counts or {}).items():
-            mine = self.labels.setdefault(output, {})
-            for label, count in counts.items():
-                mine[label] = mine.get(label, 0) + count
+            _add_counts(self.labels.setdefault(output, {}), counts)
         if row.input_summaries:
             inputstats.merge(self.inputs, row.input_summaries)
 
@@ -114,8 +117,7 @@ class SlotAggregate:
         self.successes += other.successes
         self.errors += other.errors
         self.client_errors += other.client_errors
-        for kind, count in other.client_error_kinds.items():
-            self.client_error_kinds[kind] = self.client_error_kinds.get(kind, 0) + count
+        _add_counts(self.client_error_kinds, other.client_error_kinds)
         self.timeouts += other.timeouts
         self.rejections += other.rejections
         self.latency.merge(other.latency)
@@ -123,8 +125,7 @@ class SlotAggregate:
         self.queue_max = max(self.queue_max, other.queue_max)
         self.queue_area += other.queue_area
         self.batches += other.batches
-        for size, count in other.batch_sizes.items():
-            self.batch_sizes[size] = self.batch_sizes.get(size, 0) + count
+        _add_counts(self.batch_sizes, other.batch_sizes)
         self.real_tokens += other.real_tokens
         self.padded_tokens += other.padded_tokens
         self.shadow_compared += other.shadow_compared
@@ -132,9 +133,7 @@ class SlotAggregate:
         for size, histogram in other.compute.items():
             self.compute.setdefault(size, Histogram()).merge(histogram)
         for output, counts in other.labels.items():
-            mine = self.labels.setdefault(output, {})
-            for label, count in counts.items():
-                mine[label] = mine.get(label, 0) + count
+            _add_counts(self.labels.setdefault(output, {}), counts)
         inputstats.merge(self.inputs, other.inputs)
 
     @property
