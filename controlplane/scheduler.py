@@ -116,10 +116,10 @@ class LeaderScheduler:
             leader = False
         if leader:
             self._leads_until = started + self._ttl_s - min(CLOCK_MARGIN_S, self._ttl_s / 4)
-        if leader != self._leader:
+        changed, self._leader = leader != self._leader, leader
+        if changed:
             log.info("scheduler %s %s the lease", self.holder, "took" if leader else "lost")
-            self._follow_or_lead(self._cluster_jobs, leader)
-        self._leader = leader
+            self._follow_or_lead(self._cluster_jobs, leader)  # NOTE: after _leader is set, for a job resumed at once
         if self._on_renewed is not None:
             self._on_renewed(leader)
         if expires_at is not None:
