@@ -224,18 +224,24 @@ def window_counts(
     }
     hours = {end: closed.get(slo.sli, slo.model, end) for ends in whole.values() for end in ends}  # type: ignore[union-attr]
     missing = [end for end, sums in hours.items() if sums is None]
-    if missing:  # hours that ended before the model's first row hold nothing: kept without a read
-        first = session.scalar(select(func.min(SlotSample.ts)).where(SlotSample.model == slo.model))
-        empty = dict.fromkeys([end for end in missing if first is None or end < first], _add([], slo.sli))
+    partial = [ring for ring in rings if ring not in whole]
+    # NOTE: what ended before the model's first row holds nothing: an hour is kept empty, a ring not read (on a
+    # young server most of the 1-day and 3-day windows' rings).
+    first = session.scalar(select(func.min(SlotSample.ts)).where(SlotSample.model == slo.model))
+    nothing = _add([], slo.sli)
+    if missing:
+        empty = dict.fromkeys([end for end in missing if first is None or end < first], nothing)
         closed.keep(slo.sli, slo.model, empty)  # type: ignore[union-attr]
         hours.update(empty)
         missing = [end for end in missing if end not in empty]
-    partial = [ring for ring in rings if ring not in whole]
+    unread = {ring: nothing for ring in partial if first is None or ring[1] < first}
+    partial = [ring for ring in partial if ring not in unread]
     read = _read(session, slo.sli, slo.model, [*partial, *[(end - HOUR, end) for end in missing]])
     if missing:
         hours.update(zip(missing, read[len(partial) :], strict=True))
         closed.keep(slo.sli, slo.model, {end: hours[end] for end in missing})  # type: ignore[union-attr,misc]
     sums = {
+        **unread,
         **dict(zip(partial, read, strict=False)),
         **{r: _add([hours[e] for e in ends], slo.sli) for r, ends in whole.items()},
     }  # type: ignore[misc]

@@ -215,3 +215,26 @@ def test_the_burn_rules_of_one_slo_share_one_reading_per_evaluation(sessions) ->
         later = burn_observation(s, rules[0], T0 + timedelta(seconds=15), closed)
     assert first[0] == {(("model", "textcls"),): pytest.approx(100.0)}
     assert later == {(("model", "textcls"),): pytest.approx(500.0)}
+
+
+def test_a_young_history_reads_no_ring_that_ended_before_its_first_row(sessions, monkeypatch) -> None:
+    """A server minutes old: the 1-day and 3-day windows' rings before its first row are empty, not read."""
+    from controlplane.history import slo as slo_module
+
+    now = T0 + timedelta(minutes=7, seconds=30)  # not on the hour: the long windows begin inside an hour
+    first = now - minutes(30)  # on the 30-minute window's start: the ring ending there holds the row
+    add(sessions, slot_row(first, [0.01] * 10, errors=1), slot_row(now - minutes(3), [0.01] * 5))
+    spans: list = []
+    real = slo_module._read
+
+    def read(session, sli, model, asked):
+        spans.extend(asked)
+        return real(session, sli, model, asked)
+
+    monkeypatch.setattr(slo_module, "_read", read)
+    with sessions() as s:
+        counts = window_counts(s, AVAILABILITY, now, ALERT_WINDOWS, ClosedHours())
+    totals = dict(zip(ALERT_WINDOWS, (c.total for c in counts), strict=True))
+    # A window is (start, now]: the first row, on the 30-minute window's start, counts in the longer ones only.
+    assert totals == {w: 15 if w > minutes(30) else 5 for w in ALERT_WINDOWS}
+    assert spans and all(end >= first for _, end in spans), spans
