@@ -31,7 +31,7 @@ from controlplane.jobprocess import JobProcess
 from controlplane.modelstore import prepare_store
 from controlplane.registry.service import Registry
 from controlplane.rollout.audit import system_audit
-from controlplane.rollout.controller import has_work, tick
+from controlplane.rollout.controller import tick
 from controlplane.rollout.reconciler import Reconciler
 from controlplane.runbooks.runner import RunbookRunner, build_runner
 from controlplane.scheduler import LeaderScheduler
@@ -80,11 +80,8 @@ class Services:
 
     def advance_rollouts(self) -> list[str]:
         """Run one rollout-controller step (the leader's job), then wake this process's reconciler."""
-        with self.sessions() as session:
-            if not has_work(session):
-                return []
+        with self.sessions() as session, session.begin():
             events = tick(session, system_audit, self.settings.rollout)
-            session.commit()
         for event in events:
             log.info("rollout %s", event)
         if events:

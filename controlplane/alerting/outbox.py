@@ -76,6 +76,7 @@ def notification(payload: dict[str, Any], now: datetime) -> Notification:
 
 _ANY_PENDING = select(exists().where(OutboxMessage.state == "pending"))
 
+
 def deliver_due(
     sessions: sessionmaker[Session],
     now: datetime | None = None,

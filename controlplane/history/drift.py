@@ -45,6 +45,10 @@ NOTABLE = 0.1
 SERIES_WINDOW = timedelta(minutes=15)
 # Rows `aggregate` holds in memory at once, however many the window has.
 STREAM_ROWS = 100
+# Kept sums (an open reference's, a recurring window's minutes): rows are written at their interval's end, so
+# those older than SETTLED no longer change; what was kept is read again after KEPT_FOR, so a late row counts.
+SETTLED = timedelta(minutes=10)
+KEPT_FOR = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -192,9 +196,6 @@ class ReferenceCache:
     evaluation (15 s) and drift score (60 s) re-read the version's whole day so far, 120 ms an hour in.
     """
 
-    SETTLED = timedelta(minutes=10)  # rows are written at their interval's end: older ones no longer change
-    TTL = timedelta(hours=1)  # an open reference's kept part is read again this often, so a late row is counted
-
     def __init__(self, limit: int = 256) -> None:
         self._entries: dict[tuple[str, str, datetime, datetime], SlotAggregate] = {}
         self._open: dict[tuple[str, str, datetime, datetime], _Settled] = {}
@@ -210,9 +211,9 @@ class ReferenceCache:
             self._open.pop(key, None)
             _bounded_put(self._entries, key, found, self._limit)
             return found
-        settled = _minute_floor(max(reference.start, now - self.SETTLED))
+        settled = _minute_floor(max(reference.start, now - SETTLED))
         kept = self._open.get(key)
-        if kept is None or settled < kept.upto or now - kept.read_at >= self.TTL:
+        if kept is None or settled < kept.upto or now - kept.read_at >= KEPT_FOR:
             kept = _Settled(reference.start, SlotAggregate(), now)
             _bounded_put(self._open, key, kept, self._limit)
         if settled > kept.upto:
@@ -236,9 +237,9 @@ class _Settled:
 class WindowSums:
     """The drift sums of a recent window (the drift rule's and the drift-score job's hour, every 15 and 60 s),
     kept per whole minute once it has settled: each look reads only the window's ragged first minute and its
-    last `ReferenceCache.SETTLED`, and adds up the kept minutes between.
+    last `SETTLED`, and adds up the kept minutes between.
 
-    NOTE: a minute is cut on whole minutes, which rollups never move a row across, and kept at most `TTL`, so a
+    NOTE: a minute is cut on whole minutes, which rollups never move a row across, and kept at most `KEPT_FOR`, so a
     row that came later than `SETTLED` is counted within the hour. Windows longer than `LONGEST` are read whole.
     """
 
@@ -249,11 +250,11 @@ class WindowSums:
         self._minutes: dict[tuple[str, str], dict[datetime, tuple[SlotAggregate, datetime]]] = {}
 
     def get(self, session: Session, model: str, version: str, start: datetime, end: datetime) -> SlotAggregate:
-        first, settled = _minute_ceil(start), _minute_floor(end - ReferenceCache.SETTLED)
+        first, settled = _minute_ceil(start), _minute_floor(end - SETTLED)
         if settled <= first or end - start > self.LONGEST:
             return aggregate(session, model, version, start, end)
         kept = self._minutes.setdefault((model, version), {})
-        for minute in [m for m, (_, read_at) in kept.items() if m <= first or end - read_at >= ReferenceCache.TTL]:
+        for minute in [m for m, (_, read_at) in kept.items() if m <= first or end - read_at >= KEPT_FOR]:
             del kept[minute]
         wanted = [first + timedelta(minutes=i + 1) for i in range(int((settled - first).total_seconds()) // 60)]
         missing = [m for m in wanted if m not in kept]
@@ -317,10 +318,9 @@ def drift(
     reference = reference_of(session, model, version)
     if reference is None:
         return None, []
-    if windows is None:
-        window = aggregate(session, model, version, start, end)
-    else:
-        window = windows.get(session, model, version, start, end)
+    window = aggregate(session, model, version, start, end) if windows is None else windows.get(
+        session, model, version, start, end
+    )
     then = (cache or ReferenceCache()).get(session, model, version, reference, end)
     return reference, compare(window, then, min_samples)
 

@@ -31,6 +31,8 @@ def tick(
 
     Everything it does by itself is audited by `audit` (the `system` actor) with what caused it.
     """
+    if not has_work(session):  # NOTE: the usual case, every second: one small read
+        return []
     settings, now = settings or RolloutSettings(), now or utcnow()
     events: list[str] = []
     for rollout in session.scalars(select(Rollout).where(Rollout.state.in_([s.value for s in ACTIVE]))):
@@ -57,8 +59,8 @@ _HAS_WORK = select(
 
 
 def has_work(session: Session) -> bool:
-    """Return whether `tick` could do anything now (`_HAS_WORK`): the leader asks every second, and mostly
-    nothing is in flight, so one small read stands in for a tick's transaction."""
+    """Return whether `tick` could do anything now (`_HAS_WORK`): the leader ticks every second, and mostly
+    nothing is in flight, so one small read stands in for the tick's reads."""
     return bool(session.scalar(_HAS_WORK))
 
 

@@ -13,6 +13,7 @@ from sqlalchemy import inspect, select, text
 from controlplane.db import SQLITE_BUSY_TIMEOUT_MS, make_engine
 from controlplane.migrate import upgrade
 from controlplane.models import Base, SlotSample
+from tests.controlplane.history.conftest import slot_row
 
 
 def migrated(tmp_path: Path):
@@ -82,18 +83,13 @@ def test_a_new_home_and_its_database_are_private_whatever_the_umask(tmp_path: Pa
 def test_json_columns_read_back_what_was_written_even_nan_and_infinity(sessions) -> None:
     """Decoded by orjson, which refuses the NaN and Infinity that the standard library's encoder writes."""
     summary = {"input": {"n": 2, "sum": float("nan"), "sumsq": float("inf"), "bins": {"p0": 2}}}
+    written = slot_row(datetime(2026, 12, 1, tzinfo=UTC), [0.01, 0.02])
+    written.label_counts, written.input_summaries = {"out": {"cat": 2}}, summary
+    latencies = dict(written.latency_hist)
     with sessions() as session, session.begin():
-        session.add(
-            SlotSample(
-                ts=datetime(2026, 12, 1, tzinfo=UTC), resolution_s=0, interval_s=10.0, process="p", model="m",
-                version="1", slot="blue", successes=2, errors=0, client_errors=0, timeouts=0, rejections=0,
-                latency_hist={"40": 2}, latency_sum_s=0.1, queue_depth_max=0, queue_depth_mean=0.0, batches=1,
-                batch_sizes={"2": 1}, real_tokens=0, padded_tokens=0, label_counts={"out": {"cat": 2}},
-                input_summaries=summary,
-            )  # fmt: skip
-        )
+        session.add(written)
     with sessions() as session:
         row = session.scalars(select(SlotSample)).one()
     read = row.input_summaries["input"]
     assert math.isnan(read["sum"]) and read["sumsq"] == math.inf and read["bins"] == {"p0": 2}
-    assert row.latency_hist == {"40": 2} and row.label_counts == {"out": {"cat": 2}}
+    assert row.latency_hist == latencies and latencies and row.label_counts == {"out": {"cat": 2}}

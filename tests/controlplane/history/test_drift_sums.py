@@ -4,7 +4,7 @@ The drift rule (every 15 s) and the drift-score job (every 60 s) scored a versio
 first day by reading both whole at every look: 160 ms of CPU an hour into a version's life with traffic,
 230 ms six hours in (bench.alert_cost). What must hold: a kept sum equals reading the rows, look after
 look, as rows keep coming; each look reads only the ragged ends; a row that came late is counted within
-`TTL`; and merging two aggregates equals adding their rows.
+`KEPT_FOR`; and merging two aggregates equals adding their rows.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def test_a_row_that_came_late_is_counted_within_the_ttl(sessions) -> None:
         kept = canon(windows.get(session, "mlp", "1", start(later), later))
         read = canon(drift.aggregate(session, "mlp", "1", start(later), later))
     assert kept != read and kept["successes"] < read["successes"]  # kept: the late row is not read yet
-    later = now + drift.ReferenceCache.TTL
+    later = now + drift.KEPT_FOR
     with sessions() as session:
         assert canon(windows.get(session, "mlp", "1", start(later), later)) == canon(
             drift.aggregate(session, "mlp", "1", start(later), later)
