@@ -36,7 +36,15 @@ Clock = Callable[[], datetime]
 
 
 def try_acquire(session: Session, name: str, holder: str, ttl_s: float, now: datetime) -> bool:
-    """Take or renew a lease atomically; return whether `holder` now holds it. Commits."""
+    """Take or renew a lease atomically; return whether `holder` now holds it. Commits when it writes.
+
+    A lease that another holder keeps is found by a read, which leaves the lease row loaded in `session`.
+    """
+    # NOTE: a follower asks every few seconds: trying the write first took the write lock and then raised an
+    # IntegrityError on the insert (1.5 ms of CPU a renewal, against a read's 0.1 ms).
+    lease = session.get(Lease, name, populate_existing=True)
+    if lease is not None and lease.holder != holder and lease.expires_at >= now:
+        return False
     expires = now + timedelta(seconds=ttl_s)
     # NOTE: acquired_at changes only when the lease changes hands (a takeover), not on a renewal: it says since
     # when the current holder leads. SET's right-hand sides read the row as it was before the update.

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, event, select
 
 from controlplane.db import make_engine, session_factory
 from controlplane.migrate import upgrade
@@ -71,6 +71,23 @@ def test_one_holder_at_a_time_until_the_lease_expires_or_is_released(engine: Eng
         "a", t0 + timedelta(seconds=28), t0 + timedelta(seconds=18)
     )  # fmt: skip
     assert lease.expires_at.utcoffset() == timedelta(0)  # UtcDateTime hands back UTC whatever the session zone
+
+
+def test_a_lease_held_by_another_is_found_by_one_read(engine: Engine) -> None:
+    """A follower asks every few seconds: it must not take the write lock (or fail an insert) to hear "no"."""
+    sessions = session_factory(engine)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    with sessions() as s:
+        assert try_acquire(s, "scheduler", "a", 10, t0)
+    statements: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda *args: statements.append(args[2].split()[0].upper()))
+    with sessions() as s:
+        assert not try_acquire(s, "scheduler", "b", 10, t0 + timedelta(seconds=5))
+    assert statements == ["SELECT"]
+    statements.clear()
+    with sessions() as s:
+        assert try_acquire(s, "scheduler", "b", 10, t0 + timedelta(seconds=11))  # ran out: taken by a write
+    assert "UPDATE" in statements
 
 
 def test_lease_times_compare_as_moments_whatever_the_offset(engine: Engine) -> None:
