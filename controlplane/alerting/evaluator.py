@@ -230,7 +230,10 @@ class AlertEvaluator:
             and row.firing_since is None
         ):
             row.runbook_attempts = 0  # a new episode gets its own allowance
-        row.updated_at = now
+        if session.is_modified(row) or row.updated_at is None:
+            # NOTE: only then: stamping every row every evaluation made an idle server write (and wake every
+            # worker's change watch) every 15 s for nothing.
+            row.updated_at = now
         return row
 
     def _payload(self, alert: Tracked, status: str) -> dict:

@@ -318,8 +318,10 @@ def drift(
     reference = reference_of(session, model, version)
     if reference is None:
         return None, []
-    window = aggregate(session, model, version, start, end) if windows is None else windows.get(
-        session, model, version, start, end
+    window = (
+        aggregate(session, model, version, start, end)
+        if windows is None
+        else windows.get(session, model, version, start, end)
     )
     then = (cache or ReferenceCache()).get(session, model, version, reference, end)
     return reference, compare(window, then, min_samples)

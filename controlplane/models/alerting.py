@@ -30,7 +30,7 @@ class AlertRecord(Base):
     acknowledged_at: Mapped[datetime | None]
     runbook_attempts: Mapped[int] = mapped_column(default=0)
     last_runbook_at: Mapped[datetime | None]
-    updated_at: Mapped[datetime]
+    updated_at: Mapped[datetime]  # when the evaluator last changed the row
 
 
 class AlertEvent(Base):

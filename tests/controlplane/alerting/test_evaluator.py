@@ -7,7 +7,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from alerts.catalogue import METRICS
 from alerts.rules import LIVE_METRICS, load_rules
@@ -96,6 +96,36 @@ def test_errors_fire_after_for_queue_one_message_and_run_the_runbook_once(sessio
         ("resolved", {"alertname": "high_error_rate"}),
     ]
     assert chat.received[1]["groupKey"] == '{}/{severity=~"P0|P1"}:{alertname="high_error_rate"}'
+
+
+def test_an_evaluation_that_changes_nothing_writes_nothing(sessions, evaluator) -> None:
+    """An idle server evaluates every 15 s: with nothing new, no row is written (and no worker woken)."""
+    ev, clock, _ = evaluator
+    for minute in range(3):
+        traffic(sessions, T0 + timedelta(minutes=minute, seconds=30), errors=0)
+    clock.now = T0 + timedelta(minutes=3)
+    ev.run()
+    with sessions() as s:
+        first = s.scalars(select(AlertRecord)).one()
+    assert (first.state, first.value, first.updated_at) == ("inactive", 0.0, clock.now)
+    writes: list[str] = []
+    engine = sessions.kw["bind"]
+
+    def listener(_conn, _cursor, statement: str, *_rest) -> None:
+        if not statement.lstrip().upper().startswith("SELECT"):
+            writes.append(statement)
+
+    event.listen(engine, "before_cursor_execute", listener)
+    clock.now += timedelta(seconds=15)
+    assert ev.run()["changed"] == 0
+    event.remove(engine, "before_cursor_execute", listener)
+    assert writes == []
+    traffic(sessions, clock.now, errors=40)  # a new value: the row is written, and says when
+    clock.now += timedelta(seconds=15)
+    ev.run()
+    with sessions() as s:
+        alert = s.scalars(select(AlertRecord)).one()
+    assert alert.value > 0 and alert.updated_at == clock.now
 
 
 def test_bad_input_from_clients_never_fires_the_error_alert_nor_its_rollback(sessions, evaluator) -> None:
