@@ -31,7 +31,7 @@ from controlplane.jobprocess import JobProcess
 from controlplane.modelstore import prepare_store
 from controlplane.registry.service import Registry
 from controlplane.rollout.audit import system_audit
-from controlplane.rollout.controller import tick
+from controlplane.rollout.controller import may_have_work, tick
 from controlplane.rollout.reconciler import Reconciler
 from controlplane.runbooks.runner import RunbookRunner, build_runner
 from controlplane.scheduler import LeaderScheduler
@@ -80,6 +80,8 @@ class Services:
 
     def advance_rollouts(self) -> list[str]:
         """Run one rollout-controller step (the leader's job), then wake this process's reconciler."""
+        if not may_have_work(self.sessions):
+            return []
         with self.sessions() as session, session.begin():
             events = tick(session, system_audit, self.settings.rollout)
         for event in events:

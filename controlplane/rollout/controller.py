@@ -12,8 +12,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from sqlalchemy import and_, exists, or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
+from controlplane import quickread
 from controlplane.clock import utcnow
 from controlplane.cluster import heartbeats
 from controlplane.history.query import SlotAggregate
@@ -62,6 +63,11 @@ def has_work(session: Session) -> bool:
     """Return whether `tick` could do anything now (`_HAS_WORK`): the leader ticks every second, and mostly
     nothing is in flight, so one small read stands in for the tick's reads."""
     return bool(session.scalar(_HAS_WORK))
+
+
+def may_have_work(sessions: sessionmaker[Session]) -> bool:
+    """`has_work`, asked before a session is opened (`quickread`): the leader asks every second."""
+    return quickread.holds(sessions, _HAS_WORK)
 
 
 def _check_loaded(
