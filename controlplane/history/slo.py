@@ -161,6 +161,7 @@ class ClosedHours:
         self._lock = threading.Lock()
         self._hours: dict[tuple[SLI, str, datetime], tuple[float, Sums]] = {}
         self._latest: dict[str, tuple[datetime, SLO, dict[timedelta, Counts]]] = {}  # by SLO name
+        self._first: dict[str, tuple[float, datetime]] = {}  # by model: when kept, the first row's time
 
     def alert_windows(self, session: Session, slo: SLO, now: datetime) -> dict[timedelta, Counts]:
         """The SLO's counts over every alert window ending at `now` (counted once per `now`)."""
@@ -172,6 +173,23 @@ class ClosedHours:
                 self._latest = {k: v for k, v in self._latest.items() if v[0] == now}
                 self._latest[slo.name] = (now, slo, counts)
         return counts
+
+    def first_row(self, session: Session, model: str) -> datetime | None:
+        """When the model's first row ends, kept for `TTL_S` (a model's SLOs share it).
+
+        NOTE: the first row only moves later (retention), and a kept time earlier than the true one only
+        costs reads of empty rings; a late row older than it counts within `TTL_S`, as a late row in a
+        kept hour does. No first row is not kept: the model's first rows must count at once.
+        """
+        with self._lock:
+            entry = self._first.get(model)
+        if entry is not None and self._clock() - entry[0] < self.TTL_S:
+            return entry[1]
+        first = _first_row(session, model)
+        if first is not None:
+            with self._lock:
+                self._first[model] = (self._clock(), first)
+        return first
 
     def closed_until(self, now: datetime) -> datetime:
         """The end of the last hour that can no longer change."""
@@ -193,6 +211,10 @@ class ClosedHours:
                 del self._hours[key]
             for hour_end, sums in hours.items():
                 self._hours[(sli, model, hour_end)] = (now, sums)
+
+
+def _first_row(session: Session, model: str) -> datetime | None:
+    return session.scalar(select(func.min(SlotSample.ts)).where(SlotSample.model == model))
 
 
 def _hour_ends(start: datetime, end: datetime) -> list[datetime]:
@@ -227,7 +249,7 @@ def window_counts(
     partial = [ring for ring in rings if ring not in whole]
     # NOTE: what ended before the model's first row holds nothing: an hour is kept empty, a ring not read (on a
     # young server most of the 1-day and 3-day windows' rings).
-    first = session.scalar(select(func.min(SlotSample.ts)).where(SlotSample.model == slo.model))
+    first = closed.first_row(session, slo.model) if closed is not None else _first_row(session, slo.model)
     nothing = _add([], slo.sli)
     if missing:
         empty = dict.fromkeys([end for end in missing if first is None or end < first], nothing)

@@ -238,3 +238,27 @@ def test_a_young_history_reads_no_ring_that_ended_before_its_first_row(sessions,
     # A window is (start, now]: the first row, on the 30-minute window's start, counts in the longer ones only.
     assert totals == {w: 15 if w > minutes(30) else 5 for w in ALERT_WINDOWS}
     assert spans and all(end >= first for _, end in spans), spans
+
+
+def test_a_models_first_row_is_read_once_for_all_its_slos_and_kept_for_its_time(sessions, monkeypatch) -> None:
+    from controlplane.history import slo as slo_module
+
+    clock = [0.0]
+    closed = ClosedHours(clock=lambda: clock[0])
+    asked: list[str] = []
+    real = slo_module._first_row
+    monkeypatch.setattr(slo_module, "_first_row", lambda session, model: asked.append(model) or real(session, model))
+    now, one_day = T0 + timedelta(minutes=7, seconds=30), [timedelta(days=1)]  # the day begins inside an hour
+    with sessions() as s:
+        assert window_counts(s, AVAILABILITY, now, one_day, closed)[0].total == 0
+        # No rows yet is not kept: the model's first rows count at once.
+        add(sessions, slot_row(now - minutes(5), [0.01] * 100))
+        assert window_counts(s, AVAILABILITY, now, one_day, closed)[0].total == 100
+        assert window_counts(s, LATENCY, now, one_day, closed)[0].total == 100
+        assert asked == ["textcls", "textcls"]  # the latency SLO used the kept first row
+        # A late row in the day's ragged first hour, before the kept first row, counts once that is kept for its time.
+        add(sessions, slot_row(now - timedelta(hours=23, minutes=55), [0.01] * 10))
+        assert window_counts(s, AVAILABILITY, now + timedelta(seconds=15), one_day, closed)[0].total == 100
+        clock[0] = ClosedHours.TTL_S
+        assert window_counts(s, AVAILABILITY, now + timedelta(seconds=30), one_day, closed)[0].total == 110
+    assert asked == ["textcls"] * 3
