@@ -90,17 +90,29 @@ class Score:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def reference_of(session: Session, model: str, version: str) -> Reference | None:
-    """Return the version's reference: the pinned window, else its first day serving; None if it never served."""
+def reference_of(session: Session, model: str, version: str, now: datetime | None = None) -> Reference | None:
+    """Return the version's reference: the pinned window, else its first day serving; None if it never served.
+
+    With `now` (the leader's recurring looks), when the version first served is kept for `KEPT_FOR`.
+    """
     pinned = session.get(DriftReference, (model, version))
     if pinned is not None:
         return Reference(pinned.start, pinned.end, "pinned", pinned.pinned_by, pinned.pinned_at)
-    first = session.execute(
-        select(SlotSample.ts, SlotSample.interval_s)
-        .where(SlotSample.model == model, SlotSample.version == version, SlotSample.successes > 0)
-        .order_by(SlotSample.ts)
-        .limit(1)
-    ).first()
+    # NOTE: a version's first row only moves later (retention, rollups), so a kept one is read again hourly, as
+    # kept sums are. Never serving is not kept: the first row counts at once.
+    key = (str(session.get_bind().url), model, version)
+    kept = _FIRST_SERVED.get(key) if now is not None else None
+    if kept is not None and timedelta(0) <= now - kept[0] < KEPT_FOR:  # type: ignore[operator]
+        first = kept[1]
+    else:
+        first = session.execute(
+            select(SlotSample.ts, SlotSample.interval_s)
+            .where(SlotSample.model == model, SlotSample.version == version, SlotSample.successes > 0)
+            .order_by(SlotSample.ts)
+            .limit(1)
+        ).first()
+        if first is not None and now is not None:
+            _bounded_put(_FIRST_SERVED, key, (now, (first[0], first[1])), 256)
     if first is None:
         return None
     # NOTE: a row's ts is the end of its interval (a rollup's: of its bucket), so the day starts where the
@@ -293,6 +305,8 @@ def _bounded_put(entries: dict, key: tuple, value: object, limit: int) -> None:
 
 _REFERENCES = ReferenceCache()
 _WINDOWS = WindowSums()
+# (database, model, version) -> (when read, (the first served row's ts, its interval_s))
+_FIRST_SERVED: dict[tuple[str, str, str], tuple[datetime, tuple[datetime, float | None]]] = {}
 
 
 def versions_seen(session: Session, start: datetime, end: datetime, model: str | None = None) -> list[tuple[str, str]]:
@@ -315,7 +329,7 @@ def drift(
 ) -> tuple[Reference | None, list[Score]]:
     """Return a version's reference and its scores over the window (start, end]; `windows` keeps the sums of the
     window's settled minutes for the next look (the leader's recurring window, ending now)."""
-    reference = reference_of(session, model, version)
+    reference = reference_of(session, model, version, end if windows is not None else None)
     if reference is None:
         return None, []
     window = (

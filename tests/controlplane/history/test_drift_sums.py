@@ -135,3 +135,22 @@ def test_a_row_that_came_late_is_counted_within_the_ttl(sessions) -> None:
         assert canon(windows.get(session, "mlp", "1", start(later), later)) == canon(
             drift.aggregate(session, "mlp", "1", start(later), later)
         )
+
+
+def test_when_a_version_first_served_is_kept_for_the_leaders_looks_only(sessions) -> None:
+    rng = np.random.default_rng(5)
+    now = T0 + timedelta(hours=2)
+    with sessions() as session:
+        assert drift.reference_of(session, "mlp", "1", now) is None  # never served: not kept...
+    with sessions() as session, session.begin():
+        session.add_all([answered(T0 + timedelta(minutes=m), rng) for m in (10, 20)])
+    with sessions() as session:
+        first = drift.reference_of(session, "mlp", "1", now + timedelta(seconds=15))  # ... so it counts at once
+        assert first is not None and first.start < T0 + timedelta(minutes=10)
+    with sessions() as session, session.begin():  # retention drops the first row: the day begins later
+        session.delete(session.scalars(select(SlotSample).order_by(SlotSample.ts)).first())
+    with sessions() as session:
+        assert drift.reference_of(session, "mlp", "1", now + timedelta(seconds=30)) == first  # kept
+        assert drift.reference_of(session, "mlp", "1").start > first.start  # the API reads it fresh
+        later = drift.reference_of(session, "mlp", "1", now + drift.KEPT_FOR + timedelta(seconds=15))
+        assert later.start > first.start  # read again once kept for its time
