@@ -139,25 +139,42 @@ def _judged(rule: Rule, value: float | None, requests: int) -> float | Insuffici
     return value
 
 
+_DEVICE_COLUMNS = (
+    DeviceSample.device,
+    DeviceSample.utilization,
+    DeviceSample.memory_used_bytes,
+    DeviceSample.memory_total_bytes,
+    DeviceSample.fragmentation,
+    DeviceSample.reserved_bytes,
+)
+
+_DEVICE_VALUE: dict[str, Callable[[Row[Any]], float | int | None]] = {
+    "gpu_utilization": lambda row: row.utilization,
+    "gpu_memory_used": lambda row: row.memory_used_bytes,
+    "gpu_memory_total": lambda row: row.memory_total_bytes,
+    "gpu_memory_fill": lambda row: (
+        row.memory_used_bytes / row.memory_total_bytes
+        if row.memory_used_bytes is not None and row.memory_total_bytes
+        else None
+    ),
+    "fragmentation": lambda row: row.fragmentation,
+    "heap_reserved": lambda row: row.reserved_bytes,
+    "rss": lambda row: row.memory_used_bytes,
+}
+
+
 def _device_metric(session: Session, rule: Rule, now: datetime) -> dict[Key, float | Insufficient]:
     c = rule.condition
     reserved: dict[Key, list[float]] = defaultdict(list)
     wanted_cpu = c.metric in ("fragmentation", "heap_reserved", "rss")
-    query = select(DeviceSample).where(DeviceSample.ts > now - c.window, DeviceSample.ts <= now)
+    # NOTE: the columns, not ORM rows: building 180 DeviceSample objects (15 minutes of two workers' rows) cost
+    # the fragmentation rule 2-3 ms of CPU every evaluation, on every server, busy or idle.
+    query = select(*_DEVICE_COLUMNS).where(DeviceSample.ts > now - c.window, DeviceSample.ts <= now)
     query = query.where(DeviceSample.device == "cpu") if wanted_cpu else query.where(DeviceSample.device != "cpu")
     values: dict[Key, list[float]] = defaultdict(list)
-    for row in session.scalars(query.order_by(DeviceSample.ts)):
-        value = {
-            "gpu_utilization": row.utilization,
-            "gpu_memory_used": row.memory_used_bytes,
-            "gpu_memory_total": row.memory_total_bytes,
-            "gpu_memory_fill": row.memory_used_bytes / row.memory_total_bytes
-            if row.memory_used_bytes is not None and row.memory_total_bytes
-            else None,
-            "fragmentation": row.fragmentation,
-            "heap_reserved": row.reserved_bytes,
-            "rss": row.memory_used_bytes,
-        }[c.metric]
+    pick = _DEVICE_VALUE[c.metric]
+    for row in session.execute(query.order_by(DeviceSample.ts)):
+        value = pick(row)
         if value is not None:
             values[_key({"device": row.device}, c.by)].append(float(value))
             if row.reserved_bytes is not None:

@@ -6,6 +6,7 @@ import logging
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select
 
 from alerts.rules import LIVE_METRICS, load_rules
@@ -70,6 +71,27 @@ def test_a_big_process_mostly_idle_is_fragmented(sessions) -> None:
     with sessions() as s:
         (row,) = s.scalars(select(AlertRecord).where(AlertRecord.rule == "memory_fragmented"))
     assert row.state == "pending" and row.value == 0.75
+
+
+def test_a_full_and_busy_gpu_is_judged_per_device_from_its_rows(sessions) -> None:
+    """The GPU rules read the device rows that are not the CPU heap's, each device on its own."""
+    with sessions() as s, s.begin():
+        for minute in range(15):
+            at = T0 - timedelta(minutes=minute, seconds=5)
+            for device, used, busy in (("cuda:0", 15.5, 0.95), ("cuda:1", 4.0, 0.10)):
+                s.add(DeviceSample(ts=at, resolution_s=0, interval_s=10.0, process="n:1", device=device, name="H200",
+                                   utilization=busy, memory_used_bytes=int(used * 2**30),
+                                   memory_total_bytes=16 * 2**30))  # fmt: skip
+            s.add(heap(at, 4096, 1024))
+    ev, _ = evaluator(sessions, T0)
+    ev.run()
+    with sessions() as s:
+        rows = {(r.rule, r.labels.get("device")): r for r in s.scalars(select(AlertRecord))}
+    assert rows["gpu_memory_high", "cuda:0"].state == "pending"
+    assert rows["gpu_memory_high", "cuda:0"].value == 15.5 / 16
+    assert rows["gpu_busy", "cuda:0"].state == "pending" and rows["gpu_busy", "cuda:0"].value == pytest.approx(0.95)
+    assert rows["gpu_memory_high", "cuda:1"].state == rows["gpu_busy", "cuda:1"].state == "inactive"
+    assert rows["memory_fragmented", "cpu"].value == 0.75  # the heap's rows only
 
 
 def test_a_message_carries_no_empty_description() -> None:
