@@ -35,8 +35,8 @@ def holds(sessions: sessionmaker[Session], question: Select) -> bool:
 
     It sees every commit made before the call, as a new session would.
     """
-    engine = sessions.kw["bind"]
-    path = _file_of(engine)
+    engine = sessions.kw.get("bind")
+    path = _file_of(engine) if isinstance(engine, Engine) else None
     if path is not None:
         try:
             return _ask_sqlite(path, engine.dialect, question)
