@@ -151,7 +151,9 @@ def check_count(name: str, count: int, shape: tuple[int, ...]) -> None:
 
 def fit_values(values: np.ndarray, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
     """Return `values` (integers or numbers of a wider type) as `dtype` in `shape`; refuse an integer out of range."""
-    if dtype.kind in "iu" and values.size:
+    # NOTE: values that a safe cast keeps (int64 JSON into an INT64 input, the usual case) need no range check:
+    # its min and max were 4 % of the event loop's time for a 32-token text classifier's two inputs.
+    if dtype.kind in "iu" and values.size and not np.can_cast(values.dtype, dtype, "safe"):
         info = np.iinfo(dtype)
         if values.min() < info.min or values.max() > info.max:
             datatype = datatype_of(np.empty(0, dtype))

@@ -194,3 +194,13 @@ def test_uint64_values_past_int64_come_through_json_exactly_and_overflow_is_refu
     assert decoded.tensors["t"].tolist() == [2**64 - 1, 3]
     message = refused(json.dumps({"inputs": [{**entry, "data": [2**64, 3]}]}).encode())
     assert message == f"input 't': data does not fit datatype UINT64: a value is outside [0, {2**64 - 1}]"
+
+
+def test_int64_takes_its_whole_range_from_json_and_refuses_one_past_either_end() -> None:
+    """JSON integers that fit arrive as int64 and skip the range check (a safe cast); past either end, refused."""
+    entry = {"name": "t", "datatype": "INT64", "shape": [2]}
+    decoded = decode_request(json.dumps({"inputs": [{**entry, "data": [-(2**63), 2**63 - 1]}]}).encode())
+    assert decoded.tensors["t"].tolist() == [-(2**63), 2**63 - 1]
+    for past in ([2**63, 0], [-(2**63) - 1, 0]):
+        message = refused(json.dumps({"inputs": [{**entry, "data": past}]}).encode())
+        assert "input 't': data does not fit datatype INT64" in message, (past, message)
