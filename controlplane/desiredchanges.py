@@ -57,6 +57,16 @@ def sqlite_path(sessions: sessionmaker[Session]) -> str | None:
     return url.database
 
 
+def open_reader(path: str) -> sqlite3.Connection:
+    """A connection of its own to a SQLite file for small raw reads (also `controlplane.quickread`).
+
+    isolation_level=None: no transaction is left open between reads, so each sees the latest commit and none
+    holds back a checkpoint. Usable from any thread, one at a time. (sqlite3's default busy timeout, 5 s, is the
+    one controlplane.db gives its engines.)
+    """
+    return sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+
+
 class ChangeSignal:
     """Tell whether another connection committed to a SQLite file since the last look, without a query.
 
@@ -72,9 +82,7 @@ class ChangeSignal:
     def changed(self) -> bool:
         """Return True when something committed since the last call (and on the first call, or on an error)."""
         try:
-            if self._conn is None:
-                self._conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-            version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+            version = self._connection().execute("PRAGMA data_version").fetchone()[0]
         except sqlite3.Error:
             log.warning("could not read the database's change counter; reconciling anyway", exc_info=True)
             self.close()
@@ -89,13 +97,17 @@ class ChangeSignal:
         that compares fingerprints skips a pass for it. Read on the kept connection: no SQLAlchemy, a few µs.
         """
         try:
-            if self._conn is None:
-                self._conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            connection = self._connection()
             # NOTE: `SELECT *`, so a column added later is covered without a change here.
-            return tuple(tuple(self._conn.execute(f"SELECT * FROM {table} ORDER BY 1")) for table in DESIRED_TABLES)
+            return tuple(tuple(connection.execute(f"SELECT * FROM {table} ORDER BY 1")) for table in DESIRED_TABLES)
         except sqlite3.Error:
             log.warning("could not read the desired-state tables directly; reconciling anyway", exc_info=True)
             return None
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            self._conn = open_reader(self._path)
+        return self._conn
 
     def close(self) -> None:
         """Close the kept connection (a later `changed()` reopens it)."""

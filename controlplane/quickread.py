@@ -19,7 +19,8 @@ from weakref import WeakKeyDictionary
 from sqlalchemy import Engine, Select
 from sqlalchemy.orm import Session, sessionmaker
 
-from controlplane.db import SQLITE_BUSY_TIMEOUT_MS, sqlite_file
+from controlplane.db import sqlite_file
+from controlplane.desiredchanges import open_reader
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +67,7 @@ def _ask_sqlite(path: str, dialect: object, question: Select) -> bool:
         key = (os.getpid(), path)  # NOTE: a forked child opens its own
         connection = _connections.get(key)
         if connection is None:
-            # isolation_level=None: no transaction is left open, so every read sees the latest commit.
-            connection = sqlite3.connect(
-                path, isolation_level=None, check_same_thread=False, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000
-            )
-            _connections[key] = connection
+            connection = _connections[key] = open_reader(path)
             while len(_connections) > KEPT_CONNECTIONS:
                 (pid, _), oldest = _connections.popitem(last=False)
                 if pid == os.getpid():  # not one a parent opened: SQLite's connections are not to be used across fork
