@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -90,35 +91,37 @@ class Score:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def reference_of(session: Session, model: str, version: str, now: datetime | None = None) -> Reference | None:
+def reference_of(
+    session: Session, model: str, version: str, kept: WindowSums | None = None, now: datetime | None = None
+) -> Reference | None:
     """Return the version's reference: the pinned window, else its first day serving; None if it never served.
 
-    With `now` (the leader's recurring looks), when the version first served is kept for `KEPT_FOR`.
+    With `kept` (the leader's recurring looks, ending at `now`), when the version first served is kept there.
     """
     pinned = session.get(DriftReference, (model, version))
     if pinned is not None:
         return Reference(pinned.start, pinned.end, "pinned", pinned.pinned_by, pinned.pinned_at)
-    # NOTE: a version's first row only moves later (retention, rollups), so a kept one is read again hourly, as
-    # kept sums are. Never serving is not kept: the first row counts at once.
-    key = (str(session.get_bind().url), model, version)
-    kept = _FIRST_SERVED.get(key) if now is not None else None
-    if kept is not None and timedelta(0) <= now - kept[0] < KEPT_FOR:  # type: ignore[operator]
-        first = kept[1]
+    if kept is not None and now is not None:
+        first = kept.first_served(session, model, version, now)
     else:
-        first = session.execute(
-            select(SlotSample.ts, SlotSample.interval_s)
-            .where(SlotSample.model == model, SlotSample.version == version, SlotSample.successes > 0)
-            .order_by(SlotSample.ts)
-            .limit(1)
-        ).first()
-        if first is not None and now is not None:
-            _bounded_put(_FIRST_SERVED, key, (now, (first[0], first[1])), 256)
+        first = _first_served(session, model, version)
     if first is None:
         return None
     # NOTE: a row's ts is the end of its interval (a rollup's: of its bucket), so the day starts where the
     # first row's interval began; once rows are rolled up the day's edges are as coarse as the rows kept.
     start = first[0] - timedelta(seconds=first[1] or 1)
     return Reference(start, start + DEFAULT_REFERENCE, "first_day")
+
+
+def _first_served(session: Session, model: str, version: str) -> tuple[datetime, float | None] | None:
+    """The end and length of the version's first row that served a request, or None."""
+    first = session.execute(
+        select(SlotSample.ts, SlotSample.interval_s)
+        .where(SlotSample.model == model, SlotSample.version == version, SlotSample.successes > 0)
+        .order_by(SlotSample.ts)
+        .limit(1)
+    ).first()
+    return None if first is None else (first[0], first[1])
 
 
 # What drift adds up of a row: whether the version served (successes), what it answered, what it was asked.
@@ -260,6 +263,24 @@ class WindowSums:
     def __init__(self) -> None:
         # (model, version) -> minute end -> (the sums of the rows ending in that minute, when they were read)
         self._minutes: dict[tuple[str, str], dict[datetime, tuple[SlotAggregate, datetime]]] = {}
+        # (model, version) -> (when read, the first served row's end and length)
+        self._first: dict[tuple[str, str], tuple[datetime, tuple[datetime, float | None]]] = {}
+
+    def first_served(
+        self, session: Session, model: str, version: str, now: datetime
+    ) -> tuple[datetime, float | None] | None:
+        """`_first_served`, kept for `KEPT_FOR`: it places the version's first-day reference at every look.
+
+        NOTE: a version's first row only moves later (retention, rollups), so a kept one is read again hourly, as
+        kept sums are. Never serving is not kept: the first row counts at once.
+        """
+        kept = self._first.get((model, version))
+        if kept is not None and timedelta(0) <= now - kept[0] < KEPT_FOR:
+            return kept[1]
+        first = _first_served(session, model, version)
+        if first is not None:
+            self._first[(model, version)] = (now, first)
+        return first
 
     def get(self, session: Session, model: str, version: str, start: datetime, end: datetime) -> SlotAggregate:
         first, settled = _minute_ceil(start), _minute_floor(end - SETTLED)
@@ -283,9 +304,11 @@ class WindowSums:
         return found
 
     def forget(self, keep: set[tuple[str, str]]) -> None:
-        """Drop the minutes of versions no longer seen."""
+        """Drop what is kept of versions no longer seen."""
         for key in set(self._minutes) - keep:
             del self._minutes[key]
+        for key in set(self._first) - keep:
+            del self._first[key]
 
 
 def _minute_floor(ts: datetime) -> datetime:
@@ -297,16 +320,27 @@ def _minute_ceil(ts: datetime) -> datetime:
     return floor if floor == ts else floor + timedelta(minutes=1)
 
 
-def _bounded_put(entries: dict, key: tuple, value: object, limit: int) -> None:
+def _bounded_put(entries: dict, key: Hashable, value: object, limit: int) -> None:
     if key not in entries and len(entries) >= limit:
         entries.pop(next(iter(entries)))  # the oldest
     entries[key] = value
 
 
-_REFERENCES = ReferenceCache()
-_WINDOWS = WindowSums()
-# (database, model, version) -> (when read, (the first served row's ts, its interval_s))
-_FIRST_SERVED: dict[tuple[str, str, str], tuple[datetime, tuple[datetime, float | None]]] = {}
+_KEPT: dict[str, tuple[ReferenceCache, WindowSums]] = {}  # by database URL
+
+
+def _kept(session: Session) -> tuple[ReferenceCache, WindowSums]:
+    """What the looks at `session`'s database keep between them.
+
+    NOTE: per database: the kept sums are keyed by model and version, which two databases share (tests open
+    many in one process, each with a version 1 of the same model).
+    """
+    url = str(session.get_bind().url)
+    kept = _KEPT.get(url)
+    if kept is None:
+        kept = (ReferenceCache(), WindowSums())
+        _bounded_put(_KEPT, url, kept, 16)
+    return kept
 
 
 def versions_seen(session: Session, start: datetime, end: datetime, model: str | None = None) -> list[tuple[str, str]]:
@@ -329,7 +363,7 @@ def drift(
 ) -> tuple[Reference | None, list[Score]]:
     """Return a version's reference and its scores over the window (start, end]; `windows` keeps the sums of the
     window's settled minutes for the next look (the leader's recurring window, ending now)."""
-    reference = reference_of(session, model, version, end if windows is not None else None)
+    reference = reference_of(session, model, version, windows, end)
     if reference is None:
         return None, []
     window = (
@@ -349,7 +383,7 @@ def drift_series(
     reference = reference_of(session, model, version)
     if reference is None:
         return None, []
-    then = _REFERENCES.get(session, model, version, reference, end)
+    then = _kept(session)[0].get(session, model, version, reference, end)
     steps = max(1, math.ceil((end - start).total_seconds() / step_s))
     span = max(1, math.ceil(SERIES_WINDOW.total_seconds() / step_s))  # steps each point looks back over
     buckets: dict[int, list[SlotSample]] = defaultdict(list)
@@ -391,7 +425,7 @@ def describe(session: Session, model: str, start: datetime, end: datetime, versi
     versions = [version] if version else [v for _, v in versions_seen(session, start, end, model)]
     found = []
     for v in versions:
-        reference, scored = drift(session, model, v, start, end, _REFERENCES)
+        reference, scored = drift(session, model, v, start, end, _kept(session)[0])
         found.append(
             {
                 "version": v,
@@ -457,10 +491,7 @@ def drift_observation(
     """What a drift rule sees: per label set, the largest score over the window (Insufficient with too few samples)."""
     needed = min_samples or MIN_SAMPLES
     found: dict[tuple[tuple[str, str], ...], float | Insufficient] = {}
-    seen = versions_seen(session, now - window, now)
-    _WINDOWS.forget(set(seen))
-    for model, version in seen:
-        _, scored = drift(session, model, version, now - window, now, _REFERENCES, needed, _WINDOWS)
+    for model, version, scored in _recurring_looks(session, window, now, needed):
         for score in scored:
             labels = {"model": model, "version": version, "feature": feature_label(score)}
             key = tuple((name, labels.get(name, "")) for name in by)
@@ -487,12 +518,22 @@ def current_scores(
     now = now or utcnow()
     readings: list[DriftReading] = []
     with sessions() as session:
-        seen = versions_seen(session, now - window, now)
-        _WINDOWS.forget(set(seen))
-        for model, version in seen:
-            _, scored = drift(session, model, version, now - window, now, _REFERENCES, windows=_WINDOWS)
+        for model, version, scored in _recurring_looks(session, window, now, MIN_SAMPLES):
             readings += [(model, version, s.kind, s.name, s.score) for s in scored if s.score is not None]
     return readings
+
+
+def _recurring_looks(
+    session: Session, window: timedelta, now: datetime, min_samples: int
+) -> Iterator[tuple[str, str, list[Score]]]:
+    """The scores of every version seen in the window ending `now`, looked at with what the last looks kept
+    (the drift rule's and the drift-score job's, every 15 and 60 s)."""
+    references, windows = _kept(session)
+    seen = versions_seen(session, now - window, now)
+    windows.forget(set(seen))
+    for model, version in seen:
+        _, scored = drift(session, model, version, now - window, now, references, min_samples, windows)
+        yield model, version, scored
 
 
 def publish(readings: list[DriftReading]) -> int:

@@ -13,6 +13,7 @@ import dataclasses
 from datetime import timedelta
 
 import numpy as np
+import pytest
 from sqlalchemy import select
 
 from controlplane.history import drift
@@ -138,19 +139,46 @@ def test_a_row_that_came_late_is_counted_within_the_ttl(sessions) -> None:
 
 
 def test_when_a_version_first_served_is_kept_for_the_leaders_looks_only(sessions) -> None:
-    rng = np.random.default_rng(5)
+    rng, windows = np.random.default_rng(5), drift.WindowSums()
     now = T0 + timedelta(hours=2)
     with sessions() as session:
-        assert drift.reference_of(session, "mlp", "1", now) is None  # never served: not kept...
+        assert drift.reference_of(session, "mlp", "1", windows, now) is None  # never served: not kept...
     with sessions() as session, session.begin():
         session.add_all([answered(T0 + timedelta(minutes=m), rng) for m in (10, 20)])
     with sessions() as session:
-        first = drift.reference_of(session, "mlp", "1", now + timedelta(seconds=15))  # ... so it counts at once
+        first = drift.reference_of(session, "mlp", "1", windows, now + timedelta(seconds=15))  # ... counts at once
         assert first is not None and first.start < T0 + timedelta(minutes=10)
     with sessions() as session, session.begin():  # retention drops the first row: the day begins later
         session.delete(session.scalars(select(SlotSample).order_by(SlotSample.ts)).first())
     with sessions() as session:
-        assert drift.reference_of(session, "mlp", "1", now + timedelta(seconds=30)) == first  # kept
+        assert drift.reference_of(session, "mlp", "1", windows, now + timedelta(seconds=30)) == first  # kept
         assert drift.reference_of(session, "mlp", "1").start > first.start  # the API reads it fresh
-        later = drift.reference_of(session, "mlp", "1", now + drift.KEPT_FOR + timedelta(seconds=15))
+        later = drift.reference_of(session, "mlp", "1", windows, now + drift.KEPT_FOR + timedelta(seconds=15))
         assert later.start > first.start  # read again once kept for its time
+
+
+def test_two_databases_keep_their_own_sums(tmp_path, migrated_db) -> None:
+    """Two databases in one process (tests, a CLI beside a server) hold the same model and version at the same
+    times: the leader's looks at one must not use what was kept from the other."""
+    import shutil
+
+    from controlplane.db import make_engine, session_factory
+
+    def database(name: str, seed: int):
+        shutil.copyfile(migrated_db, tmp_path / name)
+        sessions = session_factory(make_engine(f"sqlite:///{tmp_path / name}"))
+        fill(sessions, T0, T0 + timedelta(hours=3), seed)
+        return sessions
+
+    first, second = database("a.db", 1), database("b.db", 2)
+    now, window = T0 + timedelta(hours=3), timedelta(hours=1)
+    for sessions in (first, second, first, second):  # each look after the other database's, at the same now
+        with sessions() as session:
+            looked = drift.drift_observation(session, window, ("feature",), 0, now)
+            _, fresh = drift.drift(session, "mlp", "1", now - window, now)  # nothing kept: read whole
+        expected = {}
+        for score in fresh:
+            key = (("feature", drift.feature_label(score)),)
+            if score.score is not None and score.score > expected.get(key, -1.0):
+                expected[key] = score.score
+        assert {k: v for k, v in looked.items() if isinstance(v, float)} == pytest.approx(expected)
