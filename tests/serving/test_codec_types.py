@@ -197,7 +197,8 @@ def test_uint64_values_past_int64_come_through_json_exactly_and_overflow_is_refu
 
 
 def test_int64_takes_its_whole_range_from_json_and_refuses_one_past_either_end() -> None:
-    """JSON integers that fit arrive as int64 and skip the range check (a safe cast); past either end, refused."""
+    """INT64's ends from JSON: both ends exactly, one past either refused (numpy reads those as floats, so this
+    guards the decoder's boundary; the range check's own skip is guarded by the narrower types' refusals)."""
     entry = {"name": "t", "datatype": "INT64", "shape": [2]}
     decoded = decode_request(json.dumps({"inputs": [{**entry, "data": [-(2**63), 2**63 - 1]}]}).encode())
     assert decoded.tensors["t"].tolist() == [-(2**63), 2**63 - 1]
