@@ -459,9 +459,16 @@ def print_goals(cells: list[Cell], ceilings: dict[str, Ceiling], idle: dict[str,
                           f"{workload} c={top}: p99 {fd.p99_ms:.1f} ms vs naive {naive.p99_ms:.1f} ms (<=)"))  # fmt: skip
         if fd:
             share = fd.rps / mlserver.rps if mlserver and mlserver.rps else None
-            lines.append((None if share is None else share >= MLSERVER_GOAL,
-                          f"{workload} c={top}: req/s x{share:.2f} MLServer (>= {MLSERVER_GOAL})" if share is not None
-                          else f"{workload} c={top}: >= {MLSERVER_GOAL} x MLServer: no MLServer in this run"))  # fmt: skip
+            text = (f"{workload} c={top}: req/s x{share:.2f} MLServer (>= {MLSERVER_GOAL})" if share is not None
+                    else f"{workload} c={top}: >= {MLSERVER_GOAL} x MLServer: no MLServer in this run")  # fmt: skip
+            if share is not None and workload in ceilings:
+                # NOTE: where MLServer itself comes within 1/1.5 of the model's in-process ceiling, the ratio asks
+                # for more than the model gives; said beside the verdict, which stands.
+                wanted, rate = MLSERVER_GOAL * mlserver.rps, ceilings[workload].reference[2]
+                if wanted > rate:
+                    text += (f"; {MLSERVER_GOAL} x MLServer's {mlserver.rps:.0f} is {wanted:.0f} req/s, above raw "
+                             f"ONNX Runtime's {rate:.0f} samples/s: beyond the model's own ceiling")  # fmt: skip
+            lines.append((None if share is None else share >= MLSERVER_GOAL, text))
         if fd and workload in MODEL_BOUND:
             if workload in ceilings:
                 _, batch, rate = ceilings[workload].reference
