@@ -13,7 +13,7 @@ a venv that cannot be created (no network), with one line saying so. `--baseline
 second Flightdeck (`flightdeck-base`) with a setting changed, measured in the same alternation, so a
 change is judged by its ratio to its own baseline under the same load.
 
-    python -m bench.peers [--workloads mlp,textcls32] [--concurrency 1,32] [--seconds 4] [--idle 30]
+    python -m bench.peers [--workloads mlp,textcls32] [--concurrency 1,32] [--seconds 4] [--idle 60]
                                   [--no-mlserver] [--flightdeck-env FLIGHTDECK_WORKERS=1 ...] [--json PATH]
                                   [--client async|threads] [--protocols json,binary,grpc] [--no-naive]
                                   [--baseline-env FLIGHTDECK_X=VALUE ...]
@@ -509,9 +509,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=float, default=1.0, help="warm-up before each window")
     p.add_argument("--naive-workers", type=int, default=os.cpu_count() or 1, help="the naive peer's gunicorn workers")
     p.add_argument("--naive-threads", type=int, default=8, help="the naive peer's threads per worker")
-    p.add_argument("--idle", type=float, default=30.0,
-                   help="seconds of idle CPU measured on Flightdeck after the ceilings (0: skip); 30 s holds two "
-                        "runs of the 15 s alert window job")  # fmt: skip
+    p.add_argument("--idle", type=float, default=60.0,
+                   help="seconds of idle CPU measured on Flightdeck after the ceilings (0: skip); 60 s holds one run "
+                        "of each minute job (retention, drift score, heap trim, cache prune) and four of the 15 s "
+                        "alert window (30 s held one or none of each; five 30 s figures of one tree spread from 0.65 to 1.21 %)")  # fmt: skip
     p.add_argument("--no-mlserver", action="store_true", help="leave MLServer out (it needs .venv-mlserver/)")
     p.add_argument("--flightdeck-env", action="append", default=[], metavar="FLIGHTDECK_X=VALUE",
                    help="run Flightdeck with this setting changed (repeatable); the defaults otherwise")  # fmt: skip
