@@ -29,6 +29,8 @@ KEPT_CONNECTIONS = 4  # a server uses one database; a test run opens hundreds, a
 _connections: OrderedDict[tuple[int, str], sqlite3.Connection] = OrderedDict()  # by (pid, file), latest last
 _compiled: dict[int, tuple[Select, str]] = {}  # by id(question); the question is kept, so its id stays its own
 _files: WeakKeyDictionary[Engine, str | None] = WeakKeyDictionary()
+# A parent's connections that a forked child pushed out of `_connections`: held, never used, never closed.
+_inherited: list[sqlite3.Connection] = []
 
 
 def holds(sessions: sessionmaker[Session], question: Select) -> bool:
@@ -70,8 +72,10 @@ def _ask_sqlite(path: str, dialect: object, question: Select) -> bool:
             connection = _connections[key] = open_reader(path)
             while len(_connections) > KEPT_CONNECTIONS:
                 (pid, _), oldest = _connections.popitem(last=False)
-                if pid == os.getpid():  # not one a parent opened: SQLite's connections are not to be used across fork
+                if pid == os.getpid():
                     oldest.close()
+                else:  # NOTE: a parent's, not to be closed across fork, nor freed, which closes it too
+                    _inherited.append(oldest)
         _connections.move_to_end(key)
         row = connection.execute(kept[1]).fetchone()
     return bool(row and row[0])

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
+import os
 from pathlib import Path
 
 from sqlalchemy import Column, Integer, MetaData, Table, create_engine, exists, insert, select
@@ -70,3 +72,34 @@ def test_a_forked_child_asks_on_its_own_connection(tmp_path: Path) -> None:
     child.join(30)
     assert child.exitcode == 0
     assert not quickread.holds(sessions, ANY_OPEN)  # and the parent's still answers
+
+
+def _files_open(path: Path) -> int:
+    """How many of this process's descriptors are open on `path` or its -wal and -shm files."""
+    fds = Path("/proc/self/fd")
+    return sum(1 for fd in fds.iterdir() if os.path.realpath(fd).startswith(str(path)))
+
+
+def _push_out_in_child(db: Path, others: Path, answers) -> None:
+    before = _files_open(db)
+    for n in range(quickread.KEPT_CONNECTIONS + 1):  # each a connection of the child's own, the parent's pushed out
+        sessions = _sessions(f"sqlite:///{others / f'{n}.db'}")
+        quickread.holds(sessions, ANY_OPEN)
+    gc.collect()
+    answers.put((before, _files_open(db)))
+
+
+def test_a_forked_child_never_closes_its_parents_connection(tmp_path: Path) -> None:
+    """SQLite's connections must not be closed across fork; freeing one closes it, so a child keeps them."""
+    db = tmp_path / "parent.db"
+    sessions = _sessions(f"sqlite:///{db}")
+    assert not quickread.holds(sessions, ANY_OPEN)  # the parent's connection is kept before the fork
+    (tmp_path / "child").mkdir()
+    context = multiprocessing.get_context("fork")
+    answers = context.Queue()
+    child = context.Process(target=_push_out_in_child, args=(db, tmp_path / "child", answers))
+    child.start()
+    before, after = answers.get(timeout=30)
+    child.join(30)
+    assert child.exitcode == 0
+    assert before >= 1 and after == before
